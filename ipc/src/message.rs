@@ -1,0 +1,240 @@
+//! The messages of one planner conversation, carried in frames (`frame`):
+//!
+//! 1. worker → host: [`WorkerMessage::Hardening`] (before reading anything);
+//! 2. host → worker: [`HostMessage::Plan`] (or [`HostMessage::Probe`] for diagnostics);
+//! 3. any number of worker → host [`WorkerMessage::LoadModule`] answered by host → worker
+//!    [`HostMessage::Module`];
+//! 4. worker → host: one [`WorkerMessage::Planned`] (or [`WorkerMessage::ProbeResult`]).
+//!
+//! Invariant: every message travels in an [`Envelope`] whose `protocol_version` is checked
+//! before the payload is trusted.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::budget::{BudgetOverrun, Budgets};
+use crate::data::Data;
+use crate::evaluated::{EvaluatedWorkflow, SourceSpan};
+
+/// The protocol version of this build.
+pub const PROTOCOL_VERSION: u32 = 1;
+
+/// A message with its protocol version.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Envelope<T> {
+    /// Must equal [`PROTOCOL_VERSION`].
+    pub protocol_version: u32,
+    /// The payload.
+    pub message: T,
+}
+
+impl<T> Envelope<T> {
+    /// Wraps a message with this build's protocol version.
+    pub fn new(message: T) -> Self {
+        Self { protocol_version: PROTOCOL_VERSION, message }
+    }
+}
+
+/// Messages from the worker.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WorkerMessage {
+    /// The result of self-hardening; always the first message.
+    Hardening(HardeningReport),
+    /// A request for the module at `label` (answered by [`HostMessage::Module`]).
+    LoadModule(ModuleRequest),
+    /// The final answer to a plan request.
+    Planned(PlanResponse),
+    /// The answer to a probe.
+    ProbeResult(ProbeResult),
+}
+
+/// Messages from the host.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum HostMessage {
+    /// Evaluate a workflow.
+    Plan(PlanRequest),
+    /// The answer to a module request.
+    Module(ModuleResponse),
+    /// Try one forbidden operation and report what the kernel said (used by `rho doctor`
+    /// and the sandbox tests; it proves a protection, it grants nothing).
+    Probe(SandboxProbe),
+}
+
+/// How strict the worker must be about its protections.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SandboxMode {
+    /// Every protection is required; the worker refuses to evaluate otherwise.
+    Required,
+    /// Missing protections are reported, and evaluation goes on (explicit opt-in only).
+    BestEffort,
+}
+
+/// One protection and whether it holds.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProtectionStatus {
+    /// Stable name: `parent_death_signal`, `close_fds`, `empty_environment`, `rlimits`,
+    /// `no_new_privs`, `capabilities`, `landlock`, `seccomp`.
+    pub name: String,
+    /// Whether it was applied.
+    pub applied: bool,
+    /// What was applied, or why not.
+    pub detail: String,
+}
+
+/// The worker's first message.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HardeningReport {
+    /// The mode the worker was started in.
+    pub mode: SandboxMode,
+    /// Each protection, in the order applied.
+    pub protections: Vec<ProtectionStatus>,
+    /// Set when the worker refuses to evaluate (a required protection is missing); the
+    /// worker exits after sending the report.
+    pub refused: Option<String>,
+}
+
+impl HardeningReport {
+    /// Names of the protections that are not applied.
+    pub fn missing(&self) -> Vec<&str> {
+        self.protections.iter().filter(|p| !p.applied).map(|p| p.name.as_str()).collect()
+    }
+}
+
+/// A plan request.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PlanRequest {
+    /// The entry module's label (`//.rho/workflows/check/workflow.star`).
+    pub entry_label: String,
+    /// The entry module's source.
+    pub entry_source: String,
+    /// Input values from the user, not yet validated.
+    pub inputs: BTreeMap<String, Data>,
+    /// The budgets in force.
+    pub budgets: Budgets,
+}
+
+/// A module request from the worker.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModuleRequest {
+    /// The label as written in `load()`.
+    pub label: String,
+    /// The label of the module that loads it.
+    pub from: String,
+    /// Where the `load()` statement is.
+    pub span: Option<SourceSpan>,
+}
+
+/// The host's answer to a module request.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ModuleResponse {
+    /// The module's source.
+    Source {
+        /// The normalized label.
+        label: String,
+        /// The text.
+        source: String,
+    },
+    /// The host refused (label rules, missing file, symlink, budget).
+    Refused {
+        /// The label as requested.
+        label: String,
+        /// A diagnostic naming the reason.
+        diagnostic: Diagnostic,
+    },
+}
+
+/// The final answer to a plan request.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PlanResponse {
+    /// Evaluation succeeded.
+    Workflow(EvaluatedWorkflow),
+    /// Evaluation failed.
+    Diagnostics(Vec<Diagnostic>),
+}
+
+/// A problem found while planning.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Diagnostic {
+    /// A stable machine-readable code (`syntax`, `budget`, `unknown_input`, ...).
+    pub code: String,
+    /// The complete human message.
+    pub message: String,
+    /// Where in the source, when known.
+    pub span: Option<SourceSpan>,
+    /// The budget overrun, for `code == "budget"`.
+    pub budget: Option<BudgetOverrun>,
+}
+
+impl Diagnostic {
+    /// A diagnostic without a location.
+    pub fn new(code: impl Into<String>, message: impl Into<String>) -> Self {
+        Self { code: code.into(), message: message.into(), span: None, budget: None }
+    }
+
+    /// Attaches a location.
+    #[must_use]
+    pub fn at(mut self, span: Option<SourceSpan>) -> Self {
+        self.span = span;
+        self
+    }
+
+    /// A budget overrun.
+    pub fn budget(overrun: BudgetOverrun) -> Self {
+        Self {
+            code: "budget".to_owned(),
+            message: overrun.to_string(),
+            span: None,
+            budget: Some(overrun),
+        }
+    }
+}
+
+/// A forbidden operation to attempt inside the hardened worker.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SandboxProbe {
+    /// `open(path, O_RDONLY)`.
+    Open {
+        /// The path to try.
+        path: String,
+    },
+    /// `socket(AF_INET, SOCK_STREAM)`.
+    Socket,
+    /// `execve(path)`.
+    Execve {
+        /// The program to try.
+        path: String,
+    },
+    /// `fork()`.
+    Fork,
+    /// Report the environment size and the open descriptors above 2.
+    Inspect,
+}
+
+/// The outcome of a probe.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProbeResult {
+    /// The probe that ran.
+    pub probe: SandboxProbe,
+    /// `true` when the operation was allowed (a protection gap).
+    pub succeeded: bool,
+    /// The errno when it failed.
+    pub errno: Option<i32>,
+    /// Number of environment variables (for `Inspect`).
+    pub environment_len: Option<u64>,
+    /// Open descriptors above 2 (for `Inspect`).
+    pub open_fds_above_2: Vec<i32>,
+}

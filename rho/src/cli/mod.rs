@@ -1,0 +1,64 @@
+//! The command line: one file per subcommand, each an `XArgs` clap struct and a `run_x`
+//! function. This module only parses, dispatches and maps results to exit codes.
+
+pub mod agents;
+pub mod exit;
+
+use std::io::Write as _;
+
+use clap::{Parser, Subcommand};
+
+pub use exit::{CliError, CliResult, ExitCode};
+
+/// Plans and runs workflows for coding agents, safely and reproducibly.
+#[derive(Debug, Parser)]
+#[command(name = "rho", version, about, propagate_version = true)]
+pub struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Inspect and validate agent definitions.
+    Agents(agents::AgentsArgs),
+}
+
+/// Parses the process arguments, runs the command and returns the exit status.
+pub fn main() -> std::process::ExitCode {
+    init_tracing();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(err) => {
+            let code = if err.use_stderr() { ExitCode::Invalid } else { ExitCode::Success };
+            // clap renders help, version and usage errors itself.
+            let _ = err.print();
+            return std::process::ExitCode::from(code.code());
+        }
+    };
+    let result = match cli.command {
+        Command::Agents(args) => agents::run_agents(args),
+    };
+    finish(result)
+}
+
+fn finish(result: CliResult) -> std::process::ExitCode {
+    match result {
+        Ok(code) => std::process::ExitCode::from(code.code()),
+        Err(err) => {
+            let mut stderr = std::io::stderr().lock();
+            let _ = writeln!(stderr, "error: {}", err.message);
+            std::process::ExitCode::from(err.code.code())
+        }
+    }
+}
+
+fn init_tracing() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("RUST_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .try_init();
+}

@@ -1,0 +1,9 @@
+//! `rho` plans and runs workflows for coding agents.
+//!
+//! The command line (`cli`) calls services; services never call the command line. Storage
+//! knows nothing of who drives a run, and the scheduler and policy decisions stay pure.
+
+pub mod agents;
+pub mod cli;
+pub mod paths;
+pub mod workflow;

@@ -1,0 +1,6 @@
+//! Workflows: planning (the host side of the planner conversation, resolution and
+//! freezing), the stores for plans and runs, the pure scheduler, the run owner, and
+//! verified-handle execution.
+//!
+//! Dependencies inside this module point one way: `plan` and the runner use `store` and
+//! `identity`; `scheduler` is pure and knows nothing of processes or files.
