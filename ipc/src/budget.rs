@@ -9,7 +9,9 @@ use serde::{Deserialize, Serialize};
 /// An overrun, rendered exactly as `planning budget <name> exceeded: accepted limit <L>,
 /// requested or measured <M>`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
-#[error("planning budget {name} exceeded: accepted limit {limit}, requested or measured {measured}")]
+#[error(
+    "planning budget {name} exceeded: accepted limit {limit}, requested or measured {measured}"
+)]
 pub struct BudgetOverrun {
     /// The budget's name (`node_count`, `evaluator_ticks`, ...).
     pub name: String,
@@ -117,7 +119,11 @@ impl Budgets {
     pub fn check(&self, name: &'static str, measured: u64) -> Result<(), BudgetOverrun> {
         let limit = self.get(name).unwrap_or(0);
         if measured > limit {
-            Err(BudgetOverrun { name: name.to_owned(), limit, measured })
+            Err(BudgetOverrun {
+                name: name.to_owned(),
+                limit,
+                measured,
+            })
         } else {
             Ok(())
         }

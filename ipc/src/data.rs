@@ -44,7 +44,10 @@ impl Data {
 
     /// True for null, bool, integer and string (the values allowed as enum members).
     pub fn is_scalar(&self) -> bool {
-        matches!(self, Data::Null | Data::Bool(_) | Data::Int(_) | Data::String(_))
+        matches!(
+            self,
+            Data::Null | Data::Bool(_) | Data::Int(_) | Data::String(_)
+        )
     }
 
     /// Converts from a JSON value; floats and integers outside i64 are rejected with the
@@ -60,7 +63,9 @@ impl Data {
             Data::Bool(b) => serde_json::Value::Bool(*b),
             Data::Int(i) => serde_json::Value::from(*i),
             Data::String(s) => serde_json::Value::String(s.clone()),
-            Data::List(items) => serde_json::Value::Array(items.iter().map(Data::to_json).collect()),
+            Data::List(items) => {
+                serde_json::Value::Array(items.iter().map(Data::to_json).collect())
+            }
             Data::Map(map) => serde_json::Value::Object(
                 map.iter().map(|(k, v)| (k.clone(), v.to_json())).collect(),
             ),
@@ -110,7 +115,10 @@ fn from_json_at(value: &serde_json::Value, path: &mut String) -> Result<Data, Da
         serde_json::Value::Number(n) => match n.as_i64() {
             Some(i) => Data::Int(i),
             None => {
-                return Err(DataError::NotAnInteger { path: path.clone(), number: n.to_string() });
+                return Err(DataError::NotAnInteger {
+                    path: path.clone(),
+                    number: n.to_string(),
+                });
             }
         },
         serde_json::Value::String(s) => Data::String(s.clone()),
@@ -118,7 +126,10 @@ fn from_json_at(value: &serde_json::Value, path: &mut String) -> Result<Data, Da
             let mut out = Vec::with_capacity(items.len());
             for (i, item) in items.iter().enumerate() {
                 let len = path.len();
-                path.push_str(&format!("[{i}]"));
+                {
+                    use std::fmt::Write as _;
+                    let _ = write!(path, "[{i}]");
+                }
                 out.push(from_json_at(item, path)?);
                 path.truncate(len);
             }
@@ -206,15 +217,21 @@ impl<'de> Visitor<'de> for DataVisitor {
     }
 
     fn visit_u64<E: de::Error>(self, v: u64) -> Result<Data, E> {
-        i64::try_from(v).map(Data::Int).map_err(|_| E::custom("integer outside the signed 64-bit range"))
+        i64::try_from(v)
+            .map(Data::Int)
+            .map_err(|_| E::custom("integer outside the signed 64-bit range"))
     }
 
     fn visit_i128<E: de::Error>(self, v: i128) -> Result<Data, E> {
-        i64::try_from(v).map(Data::Int).map_err(|_| E::custom("integer outside the signed 64-bit range"))
+        i64::try_from(v)
+            .map(Data::Int)
+            .map_err(|_| E::custom("integer outside the signed 64-bit range"))
     }
 
     fn visit_u128<E: de::Error>(self, v: u128) -> Result<Data, E> {
-        i64::try_from(v).map(Data::Int).map_err(|_| E::custom("integer outside the signed 64-bit range"))
+        i64::try_from(v)
+            .map(Data::Int)
+            .map_err(|_| E::custom("integer outside the signed 64-bit range"))
     }
 
     fn visit_f64<E: de::Error>(self, _: f64) -> Result<Data, E> {

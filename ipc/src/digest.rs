@@ -6,7 +6,9 @@
 use sha2::{Digest as _, Sha256};
 
 use crate::canonical::{self, CanonicalError};
-use crate::program::{FrozenProgram, NodeKind, PROGRAM_FORMAT_VERSION, Reference, Schema};
+use crate::program::{
+    FrozenProgram, NodeKind, PROGRAM_FORMAT_VERSION, Reference, Schema, Template,
+};
 
 /// Lowercase hex of SHA-256 over `bytes`.
 pub fn sha256_hex(bytes: &[u8]) -> String {
@@ -102,7 +104,7 @@ pub fn graph_view(program: &FrozenProgram) -> GraphView {
         let mut reads: Vec<String> = node
             .when
             .iter()
-            .flat_map(|c| c.references())
+            .flat_map(crate::program::Condition::references)
             .map(Reference::node)
             .map(str::to_owned)
             .collect();
@@ -111,7 +113,11 @@ pub fn graph_view(program: &FrozenProgram) -> GraphView {
                 reads.extend(prompt.references().map(|r| r.node().to_owned()));
             }
             crate::program::Execution::Command { args, .. } => {
-                reads.extend(args.iter().flat_map(|a| a.references()).map(|r| r.node().to_owned()));
+                reads.extend(
+                    args.iter()
+                        .flat_map(Template::references)
+                        .map(|r| r.node().to_owned()),
+                );
             }
             crate::program::Execution::Shell { .. } => {}
         }

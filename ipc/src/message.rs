@@ -33,7 +33,10 @@ pub struct Envelope<T> {
 impl<T> Envelope<T> {
     /// Wraps a message with this build's protocol version.
     pub fn new(message: T) -> Self {
-        Self { protocol_version: PROTOCOL_VERSION, message }
+        Self {
+            protocol_version: PROTOCOL_VERSION,
+            message,
+        }
     }
 }
 
@@ -103,7 +106,11 @@ pub struct HardeningReport {
 impl HardeningReport {
     /// Names of the protections that are not applied.
     pub fn missing(&self) -> Vec<&str> {
-        self.protections.iter().filter(|p| !p.applied).map(|p| p.name.as_str()).collect()
+        self.protections
+            .iter()
+            .filter(|p| !p.applied)
+            .map(|p| p.name.as_str())
+            .collect()
     }
 }
 
@@ -180,7 +187,12 @@ pub struct Diagnostic {
 impl Diagnostic {
     /// A diagnostic without a location.
     pub fn new(code: impl Into<String>, message: impl Into<String>) -> Self {
-        Self { code: code.into(), message: message.into(), span: None, budget: None }
+        Self {
+            code: code.into(),
+            message: message.into(),
+            span: None,
+            budget: None,
+        }
     }
 
     /// Attaches a location.

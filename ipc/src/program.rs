@@ -243,6 +243,7 @@ impl Template {
 
     /// Merges adjacent text parts and drops empty ones (an empty template keeps one empty
     /// text part so it still renders to "").
+    #[must_use]
     pub fn normalized(self) -> Self {
         let mut parts: Vec<TemplatePart> = Vec::with_capacity(self.0.len());
         for part in self.0 {
@@ -549,7 +550,11 @@ pub struct SchedulerSettings {
 
 impl Default for SchedulerSettings {
     fn default() -> Self {
-        Self { max_parallel_nodes: 4, max_parallel_agents: 4, max_parallel_commands: 4 }
+        Self {
+            max_parallel_nodes: 4,
+            max_parallel_agents: 4,
+            max_parallel_commands: 4,
+        }
     }
 }
 
