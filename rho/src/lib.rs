@@ -5,5 +5,6 @@
 
 pub mod agents;
 pub mod cli;
+pub mod config;
 pub mod paths;
 pub mod workflow;

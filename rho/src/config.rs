@@ -1,0 +1,566 @@
+//! The user configuration, `$RHO_HOME/config.toml`.
+//!
+//! ```toml
+//! [behavior]
+//! permission_mode = "auto"            # bypass | auto | allow_edits | plan | supervised
+//! classifier = ["/usr/local/bin/rho-classify", "--strict"]   # argv asked first in `auto`
+//!
+//! [models.aliases]
+//! fast = "openai/gpt-4o-mini"         # "provider/model": split at the first `/`
+//! deep = { provider = "local", model = "qwen3-coder", reasoning = "high" }
+//!
+//! [providers.openai]
+//! base_url = "https://api.openai.com/v1"
+//! api_key_env = "OPENAI_API_KEY"      # the key is read from this variable, never stored
+//!
+//! [environment]
+//! exclude = ["MY_SECRET_*"]           # more names kept away from workflow nodes
+//!
+//! [budgets]
+//! node_count = 2000                   # planning budgets by name (checked by the planner)
+//!
+//! [scheduler]
+//! max_parallel_nodes = 4
+//! max_parallel_agents = 4
+//! max_parallel_commands = 4
+//! ```
+//!
+//! Invariant: a missing file is the default configuration, and a present file is accepted
+//! only when every key is known and every value valid; errors name the file, the line and the
+//! key. The configuration holds names of environment variables, never secrets.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::str::FromStr as _;
+
+use rho_policy::PermissionMode;
+use serde::Deserialize;
+use serde::de::{self, MapAccess, Visitor};
+
+use crate::agents::Reasoning;
+use crate::paths::RhoHome;
+
+/// Why the configuration could not be loaded.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// The file exists but could not be read.
+    #[error("cannot read {}", file.display())]
+    Read {
+        /// The configuration file.
+        file: PathBuf,
+        /// The underlying error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The file is not valid TOML, or a key is unknown or has the wrong type.
+    #[error("{}:{line}:{column}: {message}", file.display())]
+    Syntax {
+        /// The configuration file.
+        file: PathBuf,
+        /// 1-based line (1 when the parser gave no position).
+        line: usize,
+        /// 1-based column.
+        column: usize,
+        /// The parser's description.
+        message: String,
+    },
+    /// A value is well-typed but not allowed.
+    #[error("{}: `{key}`: {problem}", file.display())]
+    Value {
+        /// The configuration file.
+        file: PathBuf,
+        /// The dotted key at fault (`models.aliases.fast`).
+        key: String,
+        /// What is wrong and what is allowed.
+        problem: String,
+    },
+}
+
+/// The whole configuration.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Config {
+    /// The file it was loaded from (or would have been).
+    pub file: PathBuf,
+    /// `[behavior]`.
+    pub behavior: Behavior,
+    /// `[models.aliases]`, by alias name (without `@`).
+    pub model_aliases: BTreeMap<String, ModelAlias>,
+    /// `[providers.<name>]`.
+    pub providers: BTreeMap<String, Provider>,
+    /// `[environment]`.
+    pub environment: Environment,
+    /// `[budgets]`: planning budget overrides by name.
+    pub budgets: BTreeMap<String, u64>,
+    /// `[scheduler]`.
+    pub scheduler: Scheduler,
+}
+
+/// `[behavior]`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Behavior {
+    /// The configured permission mode, if any.
+    pub permission_mode: Option<PermissionMode>,
+    /// The classifier executable's argv (no shell), asked first in `auto` mode; see
+    /// `permissions::classifier` for its protocol.
+    pub classifier: Option<Vec<String>>,
+}
+
+/// What a model alias stands for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ModelAlias {
+    /// The provider name (a `[providers.<name>]` section).
+    pub provider: String,
+    /// The provider's model name.
+    pub model: String,
+    /// A default reasoning level for this model, used when a definition sets none.
+    pub reasoning: Option<Reasoning>,
+}
+
+/// `[providers.<name>]`: an OpenAI-compatible chat-completions endpoint.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Provider {
+    /// The API base URL (`http://` or `https://`).
+    pub base_url: String,
+    /// The environment variable holding the API key; `None` for servers without one.
+    #[serde(default)]
+    pub api_key_env: Option<String>,
+}
+
+/// `[environment]`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Environment {
+    /// Extra variable names or `PREFIX*` patterns never passed to workflow nodes.
+    #[serde(default)]
+    pub exclude: Vec<String>,
+}
+
+/// `[scheduler]`: capacity settings; `None` keeps the default.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Scheduler {
+    /// Nodes running at once.
+    pub max_parallel_nodes: Option<u32>,
+    /// Agent nodes running at once.
+    pub max_parallel_agents: Option<u32>,
+    /// Command nodes running at once.
+    pub max_parallel_commands: Option<u32>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileModel {
+    #[serde(default)]
+    behavior: BehaviorModel,
+    #[serde(default)]
+    models: ModelsModel,
+    #[serde(default)]
+    providers: BTreeMap<String, Provider>,
+    #[serde(default)]
+    environment: Environment,
+    #[serde(default)]
+    budgets: BTreeMap<String, u64>,
+    #[serde(default)]
+    scheduler: Scheduler,
+}
+
+#[derive(Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct BehaviorModel {
+    permission_mode: Option<String>,
+    classifier: Option<Vec<String>>,
+}
+
+#[derive(Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ModelsModel {
+    #[serde(default)]
+    aliases: BTreeMap<String, AliasModel>,
+}
+
+struct AliasModel {
+    provider: String,
+    model: String,
+    reasoning: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AliasTable {
+    provider: String,
+    model: String,
+    #[serde(default)]
+    reasoning: Option<String>,
+}
+
+impl<'de> Deserialize<'de> for AliasModel {
+    fn deserialize<D: de::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct AliasVisitor;
+        impl<'de> Visitor<'de> for AliasVisitor {
+            type Value = AliasModel;
+
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("\"provider/model\" or { provider = \"...\", model = \"...\" }")
+            }
+
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<AliasModel, E> {
+                match v.split_once('/') {
+                    Some((provider, model)) => Ok(AliasModel {
+                        provider: provider.to_owned(),
+                        model: model.to_owned(),
+                        reasoning: None,
+                    }),
+                    None => Err(E::custom(format!(
+                        "model alias `{v}` must be written \"provider/model\""
+                    ))),
+                }
+            }
+
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<AliasModel, A::Error> {
+                let table = AliasTable::deserialize(de::value::MapAccessDeserializer::new(map))?;
+                Ok(AliasModel {
+                    provider: table.provider,
+                    model: table.model,
+                    reasoning: table.reasoning,
+                })
+            }
+        }
+        deserializer.deserialize_any(AliasVisitor)
+    }
+}
+
+impl Config {
+    /// The default configuration, attributed to `file`.
+    pub fn empty(file: impl Into<PathBuf>) -> Self {
+        Self {
+            file: file.into(),
+            ..Self::default()
+        }
+    }
+
+    /// Loads `$RHO_HOME/config.toml`; a missing file is the default configuration.
+    pub fn load(home: &RhoHome) -> Result<Self, ConfigError> {
+        Self::load_file(&home.config_file())
+    }
+
+    /// Loads a configuration file; a missing file is the default configuration.
+    pub fn load_file(file: &Path) -> Result<Self, ConfigError> {
+        match std::fs::read_to_string(file) {
+            Ok(text) => Self::parse(file, &text),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Self::empty(file)),
+            Err(source) => Err(ConfigError::Read {
+                file: file.to_owned(),
+                source,
+            }),
+        }
+    }
+
+    /// Parses configuration text; `file` is used in error messages.
+    pub fn parse(file: &Path, text: &str) -> Result<Self, ConfigError> {
+        let model: FileModel = toml::from_str(text).map_err(|e| {
+            let (line, column) = e
+                .span()
+                .map_or((1, 1), |span| line_column(text, span.start));
+            ConfigError::Syntax {
+                file: file.to_owned(),
+                line,
+                column,
+                message: e.message().trim().to_owned(),
+            }
+        })?;
+        let bad = |key: String, problem: String| ConfigError::Value {
+            file: file.to_owned(),
+            key,
+            problem,
+        };
+
+        let permission_mode = match model.behavior.permission_mode {
+            None => None,
+            Some(text) => Some(PermissionMode::from_str(&text).map_err(|_| {
+                bad(
+                    "behavior.permission_mode".into(),
+                    format!(
+                        "unknown permission mode `{text}`; allowed: bypass, auto, allow_edits, \
+                         plan, supervised"
+                    ),
+                )
+            })?),
+        };
+
+        if let Some(argv) = &model.behavior.classifier {
+            let problem = match argv.first() {
+                None => Some("must name a program: [\"/path/to/classifier\", \"args\"...]"),
+                Some(program) if program.is_empty() => Some("the program (first element) is empty"),
+                Some(_) if argv.iter().any(|a| a.contains('\0')) => {
+                    Some("an argument contains a NUL byte")
+                }
+                Some(_) => None,
+            };
+            if let Some(problem) = problem {
+                return Err(bad("behavior.classifier".into(), problem.into()));
+            }
+        }
+
+        for (name, provider) in &model.providers {
+            let key = |field: &str| format!("providers.{name}.{field}");
+            if !is_name(name) {
+                return Err(bad(format!("providers.{name}"), NAME_RULE.into()));
+            }
+            if !(provider.base_url.starts_with("http://")
+                || provider.base_url.starts_with("https://"))
+            {
+                return Err(bad(
+                    key("base_url"),
+                    format!("`{}` must be an http:// or https:// URL", provider.base_url),
+                ));
+            }
+            if let Some(var) = &provider.api_key_env
+                && !is_env_name(var)
+            {
+                return Err(bad(
+                    key("api_key_env"),
+                    format!(
+                        "`{var}` is not an environment variable name (letters, digits and `_`, \
+                         not starting with a digit); write the variable's name, not the key"
+                    ),
+                ));
+            }
+        }
+
+        let mut model_aliases = BTreeMap::new();
+        for (name, alias) in model.models.aliases {
+            let key = format!("models.aliases.{name}");
+            if !is_name(&name) {
+                return Err(bad(key, NAME_RULE.into()));
+            }
+            for (what, value) in [("provider", &alias.provider), ("model", &alias.model)] {
+                if value.is_empty() || value.chars().any(char::is_whitespace) {
+                    return Err(bad(
+                        key.clone(),
+                        format!("the {what} `{value}` must be non-empty and without whitespace"),
+                    ));
+                }
+            }
+            if !model.providers.contains_key(&alias.provider) {
+                return Err(bad(
+                    key,
+                    format!(
+                        "provider `{}` has no [providers.{}] section",
+                        alias.provider, alias.provider
+                    ),
+                ));
+            }
+            let reasoning = match alias.reasoning {
+                None => None,
+                Some(text) => Some(Reasoning::parse(&text).ok_or_else(|| {
+                    bad(
+                        format!("{key}.reasoning"),
+                        format!(
+                            "unknown reasoning `{text}`; allowed: off, minimal, low, medium, \
+                             high, xhigh, max"
+                        ),
+                    )
+                })?),
+            };
+            model_aliases.insert(
+                name,
+                ModelAlias {
+                    provider: alias.provider,
+                    model: alias.model,
+                    reasoning,
+                },
+            );
+        }
+
+        for pattern in &model.environment.exclude {
+            let name = pattern.strip_suffix('*').unwrap_or(pattern);
+            if name.is_empty() || !is_env_name(name) {
+                return Err(bad(
+                    "environment.exclude".into(),
+                    format!("`{pattern}` is not a variable name or a `PREFIX*` pattern"),
+                ));
+            }
+        }
+
+        for (field, value) in [
+            ("max_parallel_nodes", model.scheduler.max_parallel_nodes),
+            ("max_parallel_agents", model.scheduler.max_parallel_agents),
+            (
+                "max_parallel_commands",
+                model.scheduler.max_parallel_commands,
+            ),
+        ] {
+            if value == Some(0) {
+                return Err(bad(
+                    format!("scheduler.{field}"),
+                    "must be at least 1".into(),
+                ));
+            }
+        }
+
+        Ok(Self {
+            file: file.to_owned(),
+            behavior: Behavior { permission_mode, classifier: model.behavior.classifier },
+            model_aliases,
+            providers: model.providers,
+            environment: model.environment,
+            budgets: model.budgets,
+            scheduler: model.scheduler,
+        })
+    }
+}
+
+const NAME_RULE: &str = "names are non-empty and use letters, digits, `_`, `-` and `.`";
+
+fn is_name(name: &str) -> bool {
+    !name.is_empty()
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
+}
+
+fn is_env_name(name: &str) -> bool {
+    !name.is_empty()
+        && !name.starts_with(|c: char| c.is_ascii_digit())
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
+fn line_column(text: &str, offset: usize) -> (usize, usize) {
+    let before = &text[..offset.min(text.len())];
+    let line = before.matches('\n').count() + 1;
+    let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+    (line, column)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<Config, ConfigError> {
+        Config::parse(Path::new("/h/config.toml"), text)
+    }
+
+    #[test]
+    fn missing_file_is_the_default() {
+        let dir = tempfile::tempdir().unwrap();
+        let home = RhoHome::at(dir.path(), None);
+        let config = Config::load(&home).unwrap();
+        assert_eq!(config, Config::empty(dir.path().join("config.toml")));
+    }
+
+    #[test]
+    fn full_file_parses() {
+        let config = parse(
+            r#"
+[behavior]
+permission_mode = "plan"
+
+[models.aliases]
+fast = "openai/gpt-4o-mini"
+router = "openai/meta/llama-3"
+deep = { provider = "local", model = "qwen3", reasoning = "high" }
+
+[providers.openai]
+base_url = "https://api.openai.com/v1"
+api_key_env = "OPENAI_API_KEY"
+
+[providers.local]
+base_url = "http://127.0.0.1:8080/v1"
+
+[environment]
+exclude = ["MY_SECRET", "CORP_*"]
+
+[budgets]
+node_count = 10
+
+[scheduler]
+max_parallel_agents = 2
+"#,
+        )
+        .unwrap();
+        assert_eq!(config.behavior.permission_mode, Some(PermissionMode::Plan));
+        let fast = &config.model_aliases["fast"];
+        assert_eq!(
+            (fast.provider.as_str(), fast.model.as_str()),
+            ("openai", "gpt-4o-mini")
+        );
+        assert_eq!(config.model_aliases["router"].model, "meta/llama-3");
+        assert_eq!(
+            config.model_aliases["deep"].reasoning,
+            Some(Reasoning::High)
+        );
+        assert_eq!(config.providers["local"].api_key_env, None);
+        assert_eq!(config.environment.exclude, ["MY_SECRET", "CORP_*"]);
+        assert_eq!(config.budgets["node_count"], 10);
+        assert_eq!(config.scheduler.max_parallel_agents, Some(2));
+    }
+
+    fn message(text: &str) -> String {
+        parse(text).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn unknown_keys_name_file_line_and_key() {
+        let m = message("[behavior]\npermission_mode = \"plan\"\ncolour = 1\n");
+        assert!(m.starts_with("/h/config.toml:3:1:"), "{m}");
+        assert!(m.contains("colour"), "{m}");
+        let m = message("[sheduler]\n");
+        assert!(m.contains("sheduler"), "{m}");
+        let m = message("[models.aliases]\nx = { provider = \"p\", model = \"m\", extra = 1 }\n");
+        assert!(m.contains("extra"), "{m}");
+        let m = message("[providers.p]\nbase_url = \"http://x\"\napi_key = \"sk-1\"\n");
+        assert!(m.contains("api_key") && m.contains(":3:"), "{m}");
+    }
+
+    #[test]
+    fn bad_values_name_the_key() {
+        for (text, key, needle) in [
+            (
+                "[behavior]\npermission_mode = \"yolo\"\n",
+                "behavior.permission_mode",
+                "yolo",
+            ),
+            (
+                "[providers.p]\nbase_url = \"ftp://x\"\n",
+                "providers.p.base_url",
+                "http",
+            ),
+            (
+                "[providers.p]\nbase_url = \"http://x\"\napi_key_env = \"sk-123\"\n",
+                "providers.p.api_key_env",
+                "not the key",
+            ),
+            (
+                "[models.aliases]\nfast = \"nope/m\"\n",
+                "models.aliases.fast",
+                "[providers.nope]",
+            ),
+            (
+                "[providers.p]\nbase_url = \"http://x\"\n[models.aliases]\nf = { provider = \"p\", model = \"m\", reasoning = \"huge\" }\n",
+                "models.aliases.f.reasoning",
+                "huge",
+            ),
+            (
+                "[environment]\nexclude = [\"A B\"]\n",
+                "environment.exclude",
+                "A B",
+            ),
+            (
+                "[scheduler]\nmax_parallel_nodes = 0\n",
+                "scheduler.max_parallel_nodes",
+                "at least 1",
+            ),
+        ] {
+            let m = message(text);
+            assert!(m.contains(&format!("`{key}`")), "{m}");
+            assert!(m.contains(needle), "{m}");
+        }
+        let m = message("[models.aliases]\nfast = \"no-slash\"\n");
+        assert!(m.contains("provider/model"), "{m}");
+        let m = message("[budgets]\nnode_count = -1\n");
+        assert!(m.contains(":2:"), "{m}");
+    }
+}
