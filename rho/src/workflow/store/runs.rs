@@ -1,0 +1,539 @@
+//! The run store: `$RHO_HOME/workflows/runs/<RUN_ID>/` with `manifest.json` (format 2),
+//! `graph.json` and `program.cbor` copied from the plan, `events.jsonl` (the journal),
+//! `state.json` (a snapshot of the journal), `mutation.lock` (held by the owner) and
+//! `nodes/<NODE>/attempts/<N>/` for attempt records and artifacts.
+//!
+//! Invariant: a run directory appears under its id complete, with a durable journal whose
+//! first record is `run_created`, or not at all; the program a run executes is always the
+//! copy in the run, re-checked against the manifest's digest on every load, so deleting or
+//! altering the plan cannot change a run. Storage knows nothing of who drives a run: taking
+//! `mutation.lock` is offered here, deciding when to take it is the owner's business.
+
+use std::fs::File;
+use std::os::fd::AsFd as _;
+use std::path::{Path, PathBuf};
+
+use nix::errno::Errno;
+use nix::fcntl::{Flock, FlockArg, OFlag, openat};
+use nix::sys::stat::Mode;
+use rho_ipc::digest::{graph_digest, program_digest_of_bytes};
+use rho_ipc::program::{FrozenProgram, PROGRAM_FORMAT_VERSION};
+use serde::{Deserialize, Serialize};
+
+use super::StoreError;
+use super::fs::{PrivateDir, TEMP_PREFIX, sync_files};
+use super::ids::{is_id, new_id, resolve_prefix};
+use super::plans::{GraphDocument, StoredPlan, WorkspaceIdentity, workflows_dir};
+use crate::paths::RhoHome;
+use crate::workflow::journal::encode_line;
+use crate::workflow::state::{Event, EventKind, State, apply};
+
+/// The run manifest format this build writes.
+pub const RUN_MANIFEST_FORMAT: u32 = 2;
+
+/// Largest document read back (manifest, graph, program, state).
+const MAX_DOCUMENT_BYTES: u64 = 512 * 1024 * 1024;
+
+/// The journal file name.
+pub const EVENTS_FILE: &str = "events.jsonl";
+/// The snapshot file name.
+pub const STATE_FILE: &str = "state.json";
+/// The owner's lock file name.
+pub const LOCK_FILE: &str = "mutation.lock";
+/// A pending cancellation request.
+pub const CANCEL_FILE: &str = "cancel.json";
+
+/// How consent to the digest was given.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ConfirmationMethod {
+    /// `--yes` on the command line.
+    #[serde(rename = "--yes")]
+    Yes,
+    /// `y`/`yes` at the interactive prompt.
+    #[serde(rename = "prompt")]
+    Prompt,
+}
+
+/// The consent a run was created under: one digest, one run, nothing more.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Confirmation {
+    /// The exact `program_digest` consented to.
+    pub digest: String,
+    /// How.
+    pub method: ConfirmationMethod,
+    /// RFC 3339 UTC time of consent.
+    pub at: String,
+}
+
+/// `manifest.json` of a run (format 2).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RunManifest {
+    /// [`RUN_MANIFEST_FORMAT`].
+    pub format: u32,
+    /// The run id.
+    pub run_id: String,
+    /// The plan it was created from.
+    pub plan_id: String,
+    /// RFC 3339 UTC creation time.
+    pub created_at: String,
+    /// `program_digest` of `program.cbor`.
+    pub program_digest: String,
+    /// `graph_digest` of the program.
+    pub graph_digest: String,
+    /// The workspace it runs in.
+    pub workspace: WorkspaceIdentity,
+    /// The consent.
+    pub confirmation: Confirmation,
+    /// The workflow name.
+    pub name: String,
+    /// Number of nodes.
+    pub node_count: u64,
+}
+
+/// A manifest as found on disk: this build's format, or the format-1 shape of Rho 1.47,
+/// kept verbatim (listed, shown and deletable, never run).
+#[derive(Debug, Clone, PartialEq)]
+pub enum StoredManifest {
+    /// Format 2.
+    Current(RunManifest),
+    /// `"schema_version": 1`, as written.
+    Legacy(serde_json::Value),
+}
+
+impl StoredManifest {
+    /// The run id it records.
+    pub fn run_id(&self) -> String {
+        match self {
+            StoredManifest::Current(m) => m.run_id.clone(),
+            StoredManifest::Legacy(v) => v["run_id"].as_str().unwrap_or_default().to_owned(),
+        }
+    }
+
+    /// Creation time for sorting (RFC 3339 or the legacy nanoseconds as text).
+    pub fn created_sort_key(&self) -> String {
+        match self {
+            StoredManifest::Current(m) => m.created_at.clone(),
+            StoredManifest::Legacy(v) => {
+                let nanos = v["created_at_unix_nanos"].as_u64().unwrap_or(0);
+                super::format_timestamp(nanos / 1_000_000_000, u32::try_from((nanos / 1_000_000) % 1000).unwrap_or(0))
+            }
+        }
+    }
+}
+
+/// The message every mutating command gives for a format-1 store entry.
+pub fn legacy_refusal(run_id: &str) -> String {
+    format!(
+        "run {run_id} was written by an older release (manifest format 1); it can be listed, \
+         shown and deleted, but not run, resumed or cancelled: create a new plan from source"
+    )
+}
+
+/// Opens `$RHO_HOME/workflows/runs` (creating it when `create`).
+pub fn runs_dir(home: &RhoHome, create: bool) -> Result<Option<PrivateDir>, StoreError> {
+    let Some(workflows) = workflows_dir(home, create)? else { return Ok(None) };
+    if create {
+        Ok(Some(workflows.ensure_private_dir("runs")?))
+    } else {
+        workflows.open_private_dir("runs")
+    }
+}
+
+/// Every stored run id, sorted.
+pub fn run_ids(home: &RhoHome) -> Result<Vec<String>, StoreError> {
+    let Some(runs) = runs_dir(home, false)? else { return Ok(Vec::new()) };
+    Ok(runs.list_entries()?.into_iter().filter(|n| is_id(n)).collect())
+}
+
+/// Resolves a run id or unique prefix.
+pub fn resolve(home: &RhoHome, prefix: &str) -> Result<String, StoreError> {
+    let ids = run_ids(home)?;
+    resolve_prefix("run", prefix, ids.iter().map(String::as_str))
+}
+
+/// Opens run `id` (a full id).
+pub fn open(home: &RhoHome, id: &str) -> Result<RunDir, StoreError> {
+    let unknown = || StoreError::UnknownId { kind: "run", prefix: id.to_owned() };
+    if !is_id(id) {
+        return Err(unknown());
+    }
+    let runs = runs_dir(home, false)?.ok_or_else(unknown)?;
+    let dir = runs.open_private_dir(id)?.ok_or_else(unknown)?;
+    Ok(RunDir { dir, id: id.to_owned() })
+}
+
+/// Manifests of every stored run, newest first.
+pub fn list(home: &RhoHome) -> Result<Vec<StoredManifest>, StoreError> {
+    let mut out = Vec::new();
+    for id in run_ids(home)? {
+        let run = open(home, &id)?;
+        out.push(run.manifest()?);
+    }
+    out.sort_by(|a, b| {
+        b.created_sort_key().cmp(&a.created_sort_key()).then_with(|| a.run_id().cmp(&b.run_id()))
+    });
+    Ok(out)
+}
+
+/// Deletes run `id` unless another process holds its `mutation.lock`. The lock is held
+/// while the run is renamed out of sight, so no owner can start on a half-deleted run.
+pub fn delete(home: &RhoHome, id: &str) -> Result<(), DeleteError> {
+    let run = open(home, id)?;
+    let Some(lock) = run.try_lock()? else {
+        return Err(DeleteError::Owned { run_id: id.to_owned() });
+    };
+    let runs = runs_dir(home, false)?
+        .ok_or_else(|| StoreError::UnknownId { kind: "run", prefix: id.to_owned() })?;
+    let doomed = format!("{TEMP_PREFIX}delete-{id}");
+    runs.rename_noreplace(id, &doomed)?;
+    runs.sync()?;
+    drop(lock);
+    drop(run);
+    runs.remove_tree(&doomed)?;
+    runs.sync()?;
+    Ok(())
+}
+
+/// Why a run could not be deleted.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum DeleteError {
+    /// Another process owns the run.
+    #[error("run {run_id} is owned by a running process (its mutation.lock is held); cancel it first")]
+    Owned {
+        /// The run.
+        run_id: String,
+    },
+    /// The store failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// Creates a run from a verified plan: copies the program, writes the manifest, the journal
+/// with its `run_created` record and the matching snapshot, all synced, then renames the
+/// directory into place. Returns the open run and its first events.
+pub fn create(
+    home: &RhoHome,
+    plan: &StoredPlan,
+    workspace: WorkspaceIdentity,
+    confirmation: Confirmation,
+) -> Result<(RunDir, RunManifest, Vec<Event>), StoreError> {
+    let runs = runs_dir(home, true)?
+        .ok_or_else(|| StoreError::io("create", home.workflows(), std::io::ErrorKind::NotFound))?;
+    let run_id = new_id();
+    let manifest = RunManifest {
+        format: RUN_MANIFEST_FORMAT,
+        run_id: run_id.clone(),
+        plan_id: plan.manifest.plan_id.clone(),
+        created_at: super::timestamp_now(),
+        program_digest: plan.program_digest.clone(),
+        graph_digest: plan.manifest.graph_digest.clone(),
+        workspace,
+        confirmation,
+        name: plan.program.name.clone(),
+        node_count: plan.program.root.nodes.len() as u64,
+    };
+    let created = Event {
+        seq: 1,
+        at_ms: crate::workflow::journal::now_ms(),
+        kind: EventKind::RunCreated {
+            run_id: run_id.clone(),
+            program_digest: plan.program_digest.clone(),
+            nodes: plan.program.root.nodes.iter().map(|n| n.id.clone()).collect(),
+        },
+    };
+    let mut state = State::empty();
+    apply(&mut state, &created).map_err(|e| StoreError::Corrupt {
+        path: runs.entry_path(&run_id),
+        problem: e.to_string(),
+    })?;
+
+    let temp_name = format!("{TEMP_PREFIX}{run_id}");
+    let temp = runs.create_private_dir(&temp_name)?;
+    let result = write_run_files(&temp, plan, &manifest, &created, &state)
+        .and_then(|()| runs.rename_noreplace(&temp_name, &run_id))
+        .and_then(|()| runs.sync());
+    if let Err(error) = result {
+        let _ = runs.remove_tree(&temp_name);
+        return Err(error);
+    }
+    drop(temp);
+    let run = open(home, &run_id)?;
+    Ok((run, manifest, vec![created]))
+}
+
+fn write_run_files(
+    dir: &PrivateDir,
+    plan: &StoredPlan,
+    manifest: &RunManifest,
+    created: &Event,
+    state: &State,
+) -> Result<(), StoreError> {
+    let document = GraphDocument {
+        program: plan.program.clone(),
+        program_digest: plan.program_digest.clone(),
+        graph_digest: plan.manifest.graph_digest.clone(),
+    };
+    let graph_json = json_bytes(&document, &dir.entry_path("graph.json"))?;
+    let manifest_json = json_bytes(manifest, &dir.entry_path("manifest.json"))?;
+    let state_json = json_bytes(state, &dir.entry_path(STATE_FILE))?;
+    let line = encode_line(created).map_err(|e| StoreError::Corrupt {
+        path: dir.entry_path(EVENTS_FILE),
+        problem: format!("cannot encode run_created: {e}"),
+    })?;
+    dir.create_private_dir("nodes")?;
+    let mut files: Vec<(PathBuf, File)> = vec![
+        (dir.entry_path("program.cbor"), dir.create_file("program.cbor", &plan.program_bytes)?),
+        (dir.entry_path("graph.json"), dir.create_file("graph.json", &graph_json)?),
+        (dir.entry_path(EVENTS_FILE), dir.create_file(EVENTS_FILE, line.as_bytes())?),
+        (dir.entry_path(STATE_FILE), dir.create_file(STATE_FILE, &state_json)?),
+        (dir.entry_path(LOCK_FILE), dir.create_file(LOCK_FILE, b"")?),
+        (dir.entry_path("manifest.json"), dir.create_file("manifest.json", &manifest_json)?),
+    ];
+    let fd = dir.fd().try_clone_to_owned().map_err(|e| StoreError::io("open", dir.path(), e))?;
+    files.push((dir.path().to_owned(), File::from(fd)));
+    sync_files(&files)
+}
+
+fn json_bytes<T: Serialize>(value: &T, path: &Path) -> Result<Vec<u8>, StoreError> {
+    let mut bytes = serde_json::to_vec_pretty(value).map_err(|e| StoreError::Corrupt {
+        path: path.to_owned(),
+        problem: format!("cannot serialize: {e}"),
+    })?;
+    bytes.push(b'\n');
+    Ok(bytes)
+}
+
+/// A pending cancellation request (`cancel.json`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CancelRequest {
+    /// The request id `cancel` reports.
+    pub request_id: String,
+    /// RFC 3339 UTC time of the request.
+    pub requested_at: String,
+}
+
+/// The owner's exclusive hold on a run; released when dropped (or when the process dies).
+#[derive(Debug)]
+pub struct OwnerLock {
+    _lock: Flock<File>,
+}
+
+/// An open run directory.
+#[derive(Debug)]
+pub struct RunDir {
+    dir: PrivateDir,
+    id: String,
+}
+
+impl RunDir {
+    /// The run id.
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// The run directory's path.
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// The checked directory.
+    pub fn dir(&self) -> &PrivateDir {
+        &self.dir
+    }
+
+    /// The journal's path.
+    pub fn events_path(&self) -> PathBuf {
+        self.dir.entry_path(EVENTS_FILE)
+    }
+
+    /// Reads the manifest (either format).
+    pub fn manifest(&self) -> Result<StoredManifest, StoreError> {
+        let path = self.dir.entry_path("manifest.json");
+        let bytes = self.dir.read_private("manifest.json", MAX_DOCUMENT_BYTES)?;
+        let value: serde_json::Value = serde_json::from_slice(&bytes)
+            .map_err(|e| StoreError::Corrupt { path: path.clone(), problem: e.to_string() })?;
+        if value.get("schema_version").and_then(serde_json::Value::as_u64) == Some(1) {
+            return Ok(StoredManifest::Legacy(value));
+        }
+        let manifest: RunManifest = serde_json::from_value(value)
+            .map_err(|e| StoreError::Corrupt { path: path.clone(), problem: e.to_string() })?;
+        if manifest.format != RUN_MANIFEST_FORMAT {
+            return Err(StoreError::Corrupt {
+                path,
+                problem: format!(
+                    "run manifest format {} is not supported (this build reads format {RUN_MANIFEST_FORMAT})",
+                    manifest.format
+                ),
+            });
+        }
+        if manifest.run_id != self.id {
+            return Err(StoreError::Corrupt {
+                path,
+                problem: format!("it names run {} but is stored as {}", manifest.run_id, self.id),
+            });
+        }
+        Ok(StoredManifest::Current(manifest))
+    }
+
+    /// Loads the run's own copy of the program and checks it: `program.cbor` decodes
+    /// strictly, hashes to the manifest's digest, has this build's format version and the
+    /// manifest's graph digest; `graph.json` holds the same program and digest.
+    pub fn load_program(&self, manifest: &RunManifest) -> Result<FrozenProgram, StoreError> {
+        let path = self.dir.entry_path("program.cbor");
+        let bytes = self.dir.read_private("program.cbor", MAX_DOCUMENT_BYTES)?;
+        let digest = program_digest_of_bytes(&bytes);
+        if digest != manifest.program_digest {
+            return Err(StoreError::Corrupt {
+                path,
+                problem: format!(
+                    "its digest is {digest}, but the run was confirmed for {}",
+                    manifest.program_digest
+                ),
+            });
+        }
+        let program: FrozenProgram = rho_ipc::canonical::from_canonical_bytes(&bytes)
+            .map_err(|e| StoreError::Corrupt { path: path.clone(), problem: e.to_string() })?;
+        if program.format_version != PROGRAM_FORMAT_VERSION {
+            return Err(StoreError::Corrupt {
+                path,
+                problem: format!(
+                    "program format {} is not supported (this build runs format {PROGRAM_FORMAT_VERSION})",
+                    program.format_version
+                ),
+            });
+        }
+        let graph = graph_digest(&program)
+            .map_err(|e| StoreError::Corrupt { path: path.clone(), problem: e.to_string() })?;
+        if graph != manifest.graph_digest {
+            return Err(StoreError::Corrupt {
+                path,
+                problem: format!("its graph digest is {graph}, the manifest records {}", manifest.graph_digest),
+            });
+        }
+        let graph_path = self.dir.entry_path("graph.json");
+        let graph_bytes = self.dir.read_private("graph.json", MAX_DOCUMENT_BYTES)?;
+        let document: GraphDocument = serde_json::from_slice(&graph_bytes)
+            .map_err(|e| StoreError::Corrupt { path: graph_path.clone(), problem: e.to_string() })?;
+        if document.program != program || document.program_digest != digest {
+            return Err(StoreError::Corrupt {
+                path: graph_path,
+                problem: "it does not describe the run's program.cbor".to_owned(),
+            });
+        }
+        Ok(program)
+    }
+
+    /// Reads `graph.json` as JSON (for `status`; not verified).
+    pub fn graph_json(&self) -> Result<serde_json::Value, StoreError> {
+        let path = self.dir.entry_path("graph.json");
+        let bytes = self.dir.read_private("graph.json", MAX_DOCUMENT_BYTES)?;
+        serde_json::from_slice(&bytes).map_err(|e| StoreError::Corrupt { path, problem: e.to_string() })
+    }
+
+    /// Reads the snapshot, when there is one.
+    pub fn read_state(&self) -> Result<Option<State>, StoreError> {
+        let path = self.dir.entry_path(STATE_FILE);
+        let bytes = match self.dir.read_private(STATE_FILE, MAX_DOCUMENT_BYTES) {
+            Ok(bytes) => bytes,
+            Err(StoreError::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
+                return Ok(None);
+            }
+            Err(e) => return Err(e),
+        };
+        serde_json::from_slice(&bytes)
+            .map(Some)
+            .map_err(|e| StoreError::Corrupt { path, problem: e.to_string() })
+    }
+
+    /// Replaces the snapshot atomically. The caller guarantees the journal is durable up to
+    /// `state.last_event_sequence` (a snapshot is never ahead of the journal).
+    pub fn write_state(&self, state: &State) -> Result<(), StoreError> {
+        let bytes = serde_json::to_vec(state).map_err(|e| StoreError::Corrupt {
+            path: self.dir.entry_path(STATE_FILE),
+            problem: format!("cannot serialize: {e}"),
+        })?;
+        self.dir.write_atomic(STATE_FILE, &bytes)
+    }
+
+    /// Takes `mutation.lock` without waiting; `None` when another process holds it.
+    pub fn try_lock(&self) -> Result<Option<OwnerLock>, StoreError> {
+        let path = self.dir.entry_path(LOCK_FILE);
+        let fd = openat(
+            self.dir.fd(),
+            LOCK_FILE,
+            OFlag::O_RDWR | OFlag::O_CREAT | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+            Mode::from_bits_truncate(0o600),
+        )
+        .map_err(|e| match e {
+            Errno::ELOOP => StoreError::Symlink { path: path.clone() },
+            e => StoreError::io("open", &path, e),
+        })?;
+        let file = File::from(fd);
+        let facts = crate::workflow::identity::FileFacts::of(file.as_fd())
+            .map_err(|e| StoreError::io("inspect", &path, e))?;
+        super::fs::check_private(&path, &facts)?;
+        match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
+            Ok(lock) => Ok(Some(OwnerLock { _lock: lock })),
+            Err((_, Errno::EWOULDBLOCK)) => Ok(None),
+            Err((_, e)) => Err(StoreError::io("lock", &path, e)),
+        }
+    }
+
+    /// Opens (creating) `nodes/<node>/attempts/<attempt>/`.
+    pub fn attempt_dir(&self, node: &str, attempt: u32) -> Result<PrivateDir, StoreError> {
+        if node.is_empty() || node.starts_with('.') || node.contains('/') {
+            return Err(StoreError::Corrupt {
+                path: self.dir.entry_path("nodes"),
+                problem: format!("node id `{node}` cannot name a directory"),
+            });
+        }
+        self.dir
+            .ensure_private_dir("nodes")?
+            .ensure_private_dir(node)?
+            .ensure_private_dir("attempts")?
+            .ensure_private_dir(&attempt.to_string())
+    }
+
+    /// The run-relative path of a file in an attempt directory.
+    pub fn attempt_relative(node: &str, attempt: u32, file: &str) -> String {
+        format!("nodes/{node}/attempts/{attempt}/{file}")
+    }
+
+    /// The pending cancellation request, if any.
+    pub fn read_cancel_request(&self) -> Result<Option<CancelRequest>, StoreError> {
+        let path = self.dir.entry_path(CANCEL_FILE);
+        match self.dir.read_private(CANCEL_FILE, 64 * 1024) {
+            Ok(bytes) => serde_json::from_slice(&bytes)
+                .map(Some)
+                .map_err(|e| StoreError::Corrupt { path, problem: e.to_string() }),
+            Err(StoreError::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
+                Ok(None)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Whether a cancellation request file exists (cheap: one `fstatat`).
+    pub fn has_cancel_request(&self) -> bool {
+        nix::sys::stat::fstatat(self.dir.fd(), CANCEL_FILE, nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW)
+            .is_ok()
+    }
+
+    /// Writes a cancellation request atomically.
+    pub fn write_cancel_request(&self, request: &CancelRequest) -> Result<(), StoreError> {
+        let bytes = json_bytes(request, &self.dir.entry_path(CANCEL_FILE))?;
+        self.dir.write_atomic(CANCEL_FILE, &bytes)
+    }
+
+    /// Removes a handled cancellation request.
+    pub fn remove_cancel_request(&self) -> Result<(), StoreError> {
+        match nix::unistd::unlinkat(self.dir.fd(), CANCEL_FILE, nix::unistd::UnlinkatFlags::NoRemoveDir) {
+            Ok(()) | Err(Errno::ENOENT) => self.dir.sync(),
+            Err(e) => Err(StoreError::io("remove", self.dir.entry_path(CANCEL_FILE), e)),
+        }
+    }
+}
