@@ -7,4 +7,5 @@ pub mod agents;
 pub mod cli;
 pub mod config;
 pub mod paths;
+pub mod permissions;
 pub mod workflow;

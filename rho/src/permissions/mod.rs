@@ -1,0 +1,210 @@
+//! The host side of permissions: selecting the permission mode for this process, running
+//! `before_tool_use` and observational hooks as processes, asking a configured classifier
+//! executable, prompting a human on the terminal, and [`HostAuthorizer`], which feeds all of
+//! them into the pure [`rho_policy::Authorizer`].
+//!
+//! Invariant: every rule lives in `rho_policy`; this module only performs I/O and reports what
+//! it observed. Anything that goes wrong while asking (a hook or classifier that cannot start,
+//! times out, crashes or answers badly; no terminal to prompt on) becomes a denial, never an
+//! allow.
+
+pub mod classifier;
+pub mod hooks;
+pub mod mode;
+pub mod responder;
+
+mod host_env;
+mod spawn;
+
+use std::path::{Path, PathBuf};
+
+use rho_policy::{
+    ApprovalResponder, Approvers, Authorization, Authorizer, Classifier, CommandRequest,
+    EscalationCounters, PermissionMode, PolicyError,
+};
+
+use crate::cli::exit::{CliError, ExitCode};
+use crate::config::Config;
+use crate::paths::RhoHome;
+
+pub use classifier::{ClassifierCommand, DEFAULT_CLASSIFIER_TIMEOUT};
+pub use hooks::{LoadedHooks, ObservedEvent, ObserverFailure, ProcessHookRunner, load_hooks};
+pub use host_env::HostEnvironment;
+pub use mode::{PermissionArgs, select_permission_mode, select_process_mode};
+pub use responder::TerminalResponder;
+
+/// Why the permission layer could not be set up.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum PermissionsError {
+    /// A policy input was rejected: an unknown permission mode (naming its source), an invalid
+    /// hooks file (naming file, hook and field) or a malformed `trust.json`.
+    #[error(transparent)]
+    Policy(#[from] PolicyError),
+
+    /// A hooks file or the trust store exists but could not be read.
+    #[error("cannot read {}", file.display())]
+    Read {
+        /// The file.
+        file: PathBuf,
+        /// The underlying error.
+        #[source]
+        source: std::io::Error,
+    },
+
+    /// A hooks file or the trust store is larger than anything it could sensibly hold.
+    #[error("{} is larger than the limit of {limit} bytes", file.display())]
+    FileTooLarge {
+        /// The file.
+        file: PathBuf,
+        /// The limit in bytes.
+        limit: u64,
+    },
+
+    /// A hooks file is not UTF-8 text.
+    #[error("{} is not UTF-8 text", file.display())]
+    NotUtf8 {
+        /// The file.
+        file: PathBuf,
+    },
+}
+
+impl PermissionsError {
+    /// The documented exit code: a bad setting or file is a configuration error (2); a file
+    /// that cannot be read is operational (1).
+    pub fn exit_code(&self) -> ExitCode {
+        match self {
+            PermissionsError::Read { .. } => ExitCode::Operational,
+            PermissionsError::Policy(_)
+            | PermissionsError::FileTooLarge { .. }
+            | PermissionsError::NotUtf8 { .. } => ExitCode::Invalid,
+        }
+    }
+}
+
+impl From<PermissionsError> for CliError {
+    fn from(err: PermissionsError) -> Self {
+        CliError::with_code(err.exit_code(), err.to_string())
+    }
+}
+
+/// Authorizes command nodes for one run owner: the pure [`Authorizer`] (mode and escalation
+/// counters) with this process's hooks, classifier and approval responder.
+///
+/// `authorize` takes `&mut self`: approvals are asked one at a time, so a runner with parallel
+/// nodes shares one `HostAuthorizer` behind a lock, and prompts never interleave.
+pub struct HostAuthorizer {
+    authorizer: Authorizer,
+    hooks: ProcessHookRunner,
+    classifier: Option<ClassifierCommand>,
+    responder: Option<Box<dyn ApprovalResponder + Send>>,
+}
+
+impl std::fmt::Debug for HostAuthorizer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HostAuthorizer")
+            .field("authorizer", &self.authorizer)
+            .field("hooks", &self.hooks)
+            .field("classifier", &self.classifier)
+            .field("responder", &self.responder.is_some())
+            .finish()
+    }
+}
+
+impl HostAuthorizer {
+    /// Assembles an authorizer from explicit parts. `mode` is the mode in force for the run:
+    /// the runner narrows the frozen plan's mode with the current one before calling this.
+    pub fn new(
+        mode: PermissionMode,
+        hooks: ProcessHookRunner,
+        classifier: Option<ClassifierCommand>,
+        responder: Option<Box<dyn ApprovalResponder + Send>>,
+    ) -> Self {
+        HostAuthorizer {
+            authorizer: Authorizer::new(mode),
+            hooks,
+            classifier,
+            responder,
+        }
+    }
+
+    /// The authorizer for this process: hooks from `$RHO_HOME/hooks.toml` and (when trusted)
+    /// `<workspace>/.rho/hooks.toml`, the classifier from `[behavior] classifier`, and a
+    /// terminal responder when stdin and stderr are terminals (none when headless, so modes
+    /// that need a human fail closed).
+    pub fn for_process(
+        mode: PermissionMode,
+        home: &RhoHome,
+        config: &Config,
+        workspace: &Path,
+    ) -> Result<Self, PermissionsError> {
+        let env = HostEnvironment::current();
+        let loaded = load_hooks(home, workspace, &env)?;
+        if loaded.project_hooks_inactive {
+            tracing::info!(
+                workspace = %workspace.display(),
+                "project hooks are inactive until the workspace is trusted (`rho trust add`)"
+            );
+        }
+        let hooks = ProcessHookRunner::new(loaded.hooks, workspace, home.root(), env.clone());
+        let classifier = config
+            .behavior
+            .classifier
+            .as_ref()
+            .map(|argv| ClassifierCommand::new(argv.clone(), home.root(), workspace, env));
+        let responder =
+            TerminalResponder::detect().map(|r| Box::new(r) as Box<dyn ApprovalResponder + Send>);
+        Ok(HostAuthorizer::new(mode, hooks, classifier, responder))
+    }
+
+    /// Continues with escalation counters restored from the run's journal (resume), so a
+    /// restart cannot reset the classifier's denial count.
+    #[must_use]
+    pub fn with_counters(mut self, counters: EscalationCounters) -> Self {
+        self.authorizer = Authorizer::with_counters(self.authorizer.mode(), counters);
+        self
+    }
+
+    /// Decides one attempt of one command node: policy, then hooks, then classifier and human
+    /// as the mode requires. The answer says who decided and why.
+    pub fn authorize(&mut self, req: &CommandRequest) -> Authorization {
+        let responder = self
+            .responder
+            .as_deref_mut()
+            .map(|r| r as &mut dyn ApprovalResponder);
+        let classifier = self.classifier.as_mut().map(|c| c as &mut dyn Classifier);
+        let mut approvers = Approvers {
+            responder,
+            classifier,
+            hooks: &mut self.hooks,
+        };
+        let authorization = self.authorizer.authorize(req, &mut approvers);
+        tracing::debug!(node = %req.node_id, attempt = req.attempt, %authorization, "authorized");
+        authorization
+    }
+
+    /// The mode in force.
+    pub fn mode(&self) -> PermissionMode {
+        self.authorizer.mode()
+    }
+
+    /// The classifier escalation counters, for the journal.
+    pub fn counters(&self) -> EscalationCounters {
+        self.authorizer.counters()
+    }
+
+    /// Whether a human can be asked in this process.
+    pub fn has_responder(&self) -> bool {
+        self.responder.is_some()
+    }
+
+    /// Whether a classifier is configured.
+    pub fn has_classifier(&self) -> bool {
+        self.classifier.is_some()
+    }
+
+    /// The hook runner, for observational workflow events.
+    pub fn hooks(&self) -> &ProcessHookRunner {
+        &self.hooks
+    }
+}
