@@ -1,0 +1,517 @@
+//! The planning pipeline shared by `validate`, `plan` and `run FILE`: evaluate the sources in
+//! the sandboxed worker (answering its module requests), resolve and freeze, encode and
+//! digest, and — for `plan` only — store.
+//!
+//! Invariant: the host never parses Starlark, every error leaves the store untouched (only a
+//! successful `store_plan` writes, and it writes atomically), and every output of a plan made
+//! by a degraded worker carries the sandbox warning.
+
+pub mod agents;
+pub mod checks;
+pub mod freeze;
+pub mod modules;
+pub mod resolve;
+pub mod worker;
+
+use std::collections::BTreeMap;
+use std::ffi::OsString;
+use std::fmt::Write as _;
+use std::os::fd::AsFd as _;
+use std::path::{Path, PathBuf};
+
+use rho_ipc::budget::Budgets;
+use rho_ipc::canonical::CanonicalError;
+use rho_ipc::data::Data;
+use rho_ipc::digest::{encode_program, graph_digest, program_digest_of_bytes};
+use rho_ipc::evaluated::EvaluatedWorkflow;
+use rho_ipc::message::{
+    Diagnostic, HardeningReport, HostMessage, PlanRequest, PlanResponse, SandboxMode, WorkerMessage,
+};
+use rho_ipc::program::{FrozenProgram, SchedulerSettings};
+
+use self::modules::{ModuleService, ServedSource};
+use self::worker::{Conversation, WorkerCommand, WorkerError};
+use crate::agents::CatalogSources;
+use crate::config::{Config, ConfigError};
+use crate::paths::RhoHome;
+use crate::workflow::identity::{FileFacts, open_dir};
+use crate::workflow::store::StoreError;
+use crate::workflow::store::plans::{
+    self, NewPlan, PlanManifest, SandboxRecord, SourceText, WorkspaceIdentity,
+};
+
+/// Why planning failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum PlanError {
+    /// The workflow (or the request) is invalid: each diagnostic names the culprit.
+    #[error("{}", render_diagnostics(diagnostics))]
+    Invalid {
+        /// The problems, in the order found.
+        diagnostics: Vec<Diagnostic>,
+    },
+    /// The configuration file is invalid.
+    #[error("invalid configuration: {0}")]
+    Config(#[from] ConfigError),
+    /// `[budgets]` names a budget that does not exist.
+    #[error("{}: `budgets.{name}` is not a planning budget; known budgets: {}", file.display(), Budgets::NAMES.join(", "))]
+    UnknownBudget {
+        /// The configuration file.
+        file: PathBuf,
+        /// The unknown name.
+        name: String,
+    },
+    /// Starting or talking to the planner worker failed.
+    #[error(transparent)]
+    Worker(#[from] WorkerError),
+    /// The workspace directory could not be opened.
+    #[error("cannot open the workspace {}", path.display())]
+    Workspace {
+        /// The workspace.
+        path: PathBuf,
+        /// The underlying error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The program could not be encoded.
+    #[error("cannot encode the program")]
+    Encode(#[from] CanonicalError),
+    /// Storing the plan failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+impl PlanError {
+    /// Whether the error is the workflow's (or the user's) fault rather than the machine's:
+    /// invalid sources, inputs, configuration and budget overruns, including wall time.
+    pub fn is_invalid(&self) -> bool {
+        matches!(
+            self,
+            PlanError::Invalid { .. }
+                | PlanError::Config(_)
+                | PlanError::UnknownBudget { .. }
+                | PlanError::Worker(
+                    WorkerError::WallTime { .. } | WorkerError::BadSandboxSetting { .. }
+                )
+        )
+    }
+
+    /// The error as diagnostics (one without a location for errors that are not about the
+    /// sources).
+    pub fn diagnostics(&self) -> Vec<Diagnostic> {
+        match self {
+            PlanError::Invalid { diagnostics } => diagnostics.clone(),
+            PlanError::Worker(WorkerError::WallTime { overrun }) => {
+                vec![Diagnostic::budget(overrun.clone())]
+            }
+            other => vec![Diagnostic::new(
+                if other.is_invalid() {
+                    "invalid"
+                } else {
+                    "operational"
+                },
+                error_chain(other),
+            )],
+        }
+    }
+
+    fn invalid(diagnostic: Diagnostic) -> Self {
+        PlanError::Invalid {
+            diagnostics: vec![diagnostic],
+        }
+    }
+}
+
+/// An error with its sources, on one line each joined by `: `.
+pub fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        let _ = write!(text, ": {cause}");
+        source = cause.source();
+    }
+    text
+}
+
+/// `file:line:col: message` (the file is the label without `//`), or just the message.
+pub fn render_diagnostic(diagnostic: &Diagnostic) -> String {
+    match &diagnostic.span {
+        Some(span) => format!("{}: {}", checks::span_text(span), diagnostic.message),
+        None => diagnostic.message.clone(),
+    }
+}
+
+fn render_diagnostics(diagnostics: &[Diagnostic]) -> String {
+    let lines: Vec<String> = diagnostics.iter().map(render_diagnostic).collect();
+    if lines.is_empty() {
+        "planning failed without a diagnostic".to_owned()
+    } else {
+        lines.join("\nerror: ")
+    }
+}
+
+/// Settings read from the process environment, once, by the command line.
+#[derive(Debug, Clone, Default)]
+pub struct ProcessSettings {
+    /// `RHO_PLANNER_WORKER`.
+    pub worker: Option<OsString>,
+    /// `RHO_PLANNER_SANDBOX`.
+    pub sandbox: Option<OsString>,
+    /// `PATH` of the planning process (executables are resolved on it).
+    pub search_path: Option<OsString>,
+    /// `RHO_TRUST_PROJECT_AGENTS`.
+    pub trust_project_agents: Option<OsString>,
+}
+
+impl ProcessSettings {
+    /// Reads the variables above from this process.
+    pub fn from_env() -> Self {
+        Self {
+            worker: std::env::var_os("RHO_PLANNER_WORKER"),
+            sandbox: std::env::var_os("RHO_PLANNER_SANDBOX"),
+            search_path: std::env::var_os("PATH"),
+            trust_project_agents: std::env::var_os("RHO_TRUST_PROJECT_AGENTS"),
+        }
+    }
+}
+
+/// The budgets, environment policy and scheduler settings in force, from the configuration.
+#[derive(Debug, Clone)]
+pub struct PlanSettings {
+    /// Budgets (defaults with `[budgets]` applied).
+    pub budgets: Budgets,
+    /// `[environment] exclude`.
+    pub environment_exclude: Vec<String>,
+    /// `[scheduler]`.
+    pub scheduler: SchedulerSettings,
+}
+
+impl PlanSettings {
+    /// Applies a configuration to the defaults; an unknown budget name is an error.
+    pub fn from_config(config: &Config) -> Result<Self, PlanError> {
+        let mut budgets = Budgets::default();
+        for (name, value) in &config.budgets {
+            if !budgets.set(name, *value) {
+                return Err(PlanError::UnknownBudget {
+                    file: config.file.clone(),
+                    name: name.clone(),
+                });
+            }
+        }
+        let defaults = SchedulerSettings::default();
+        let scheduler = SchedulerSettings {
+            max_parallel_nodes: config
+                .scheduler
+                .max_parallel_nodes
+                .unwrap_or(defaults.max_parallel_nodes),
+            max_parallel_agents: config
+                .scheduler
+                .max_parallel_agents
+                .unwrap_or(defaults.max_parallel_agents),
+            max_parallel_commands: config
+                .scheduler
+                .max_parallel_commands
+                .unwrap_or(defaults.max_parallel_commands),
+        };
+        Ok(Self {
+            budgets,
+            environment_exclude: config.environment.exclude.clone(),
+            scheduler,
+        })
+    }
+}
+
+/// One planning request.
+#[derive(Debug, Clone)]
+pub struct PlanInput<'a> {
+    /// The data directory (agents, trust; plans are stored by [`store_plan`]).
+    pub home: &'a RhoHome,
+    /// The canonical workspace.
+    pub workspace: &'a Path,
+    /// The entry file as the user gave it.
+    pub file: &'a Path,
+    /// Input values.
+    pub inputs: BTreeMap<String, Data>,
+    /// The configuration.
+    pub config: &'a Config,
+    /// Environment-derived settings.
+    pub process: &'a ProcessSettings,
+    /// Whether project agent definitions may be used (trust store or override).
+    pub project_agents_trusted: bool,
+}
+
+/// A planned, frozen, digested workflow (not yet stored).
+#[derive(Debug, Clone)]
+pub struct Planned {
+    /// The program.
+    pub program: FrozenProgram,
+    /// Its canonical encoding.
+    pub program_bytes: Vec<u8>,
+    /// `program_digest`.
+    pub program_digest: String,
+    /// `graph_digest`.
+    pub graph_digest: String,
+    /// Every source served, sorted by label.
+    pub sources: Vec<ServedSource>,
+    /// The worker's hardening report.
+    pub hardening: HardeningReport,
+    /// The workspace.
+    pub workspace: WorkspaceIdentity,
+    /// The entry label.
+    pub entry_label: String,
+}
+
+impl Planned {
+    /// The sandbox record for the manifest.
+    pub fn sandbox_record(&self) -> SandboxRecord {
+        SandboxRecord {
+            mode: self.hardening.mode,
+            missing: self
+                .hardening
+                .missing()
+                .into_iter()
+                .map(str::to_owned)
+                .collect(),
+            protections: self.hardening.protections.clone(),
+        }
+    }
+
+    /// Warnings every output must show (a degraded worker).
+    pub fn warnings(&self) -> Vec<String> {
+        sandbox_warnings(&self.hardening.mode, &self.hardening.missing())
+    }
+}
+
+/// The warning for a plan evaluated without every protection.
+pub fn sandbox_warnings(mode: &SandboxMode, missing: &[&str]) -> Vec<String> {
+    if missing.is_empty() {
+        return Vec::new();
+    }
+    let how = match mode {
+        SandboxMode::BestEffort => "RHO_PLANNER_SANDBOX=best-effort",
+        SandboxMode::Required => "a required-mode worker",
+    };
+    vec![format!(
+        "planner sandbox degraded ({how}): protections not applied: {}; the workflow sources were evaluated with reduced isolation",
+        missing.join(", ")
+    )]
+}
+
+/// Runs the whole pipeline up to (not including) storage.
+pub fn plan(input: &PlanInput<'_>) -> Result<Planned, PlanError> {
+    let settings = PlanSettings::from_config(input.config)?;
+    let budgets = &settings.budgets;
+
+    // The entry file: its canonical path must lie inside the workspace.
+    let entry = entry_file(input.file, input.workspace)?;
+    let workspace_fd = open_dir(input.workspace).map_err(|source| PlanError::Workspace {
+        path: input.workspace.to_owned(),
+        source,
+    })?;
+    let workspace_facts =
+        FileFacts::of(workspace_fd.as_fd()).map_err(|source| PlanError::Workspace {
+            path: input.workspace.to_owned(),
+            source,
+        })?;
+    let mut service = ModuleService::new(workspace_fd.as_fd(), budgets);
+    let entry_source = service
+        .load_entry(&entry.label)
+        .map_err(|refusal| PlanError::invalid(refusal.into_diagnostic(None)))?;
+
+    // Evaluate in the worker.
+    let command = WorkerCommand::locate(
+        input.process.worker.as_deref(),
+        input.process.sandbox.as_deref(),
+        budgets,
+    )?;
+    let (workflow, hardening) = evaluate(
+        &command,
+        &mut service,
+        &entry.label,
+        entry_source.text,
+        input.inputs.clone(),
+        budgets,
+    )?;
+    let sources = service.into_sources();
+
+    // Resolve and freeze.
+    let mut resolver = resolve::Resolver::new(
+        input.workspace,
+        workspace_fd.as_fd(),
+        input.process.search_path.as_deref(),
+    );
+    let catalog_sources = CatalogSources::new(
+        input.home,
+        Some(input.workspace.to_owned()),
+        input.project_agents_trusted,
+    )
+    .with_workflow_dir(entry.dir.clone());
+    let mut agent_resolver = agents::CatalogAgents::new(catalog_sources, input.config);
+    let program = freeze::freeze(
+        &workflow,
+        freeze::FreezeContext {
+            budgets,
+            resolver: &mut resolver,
+            agents: &mut agent_resolver,
+            environment: freeze::environment_policy(&settings.environment_exclude),
+            scheduler: settings.scheduler.clone(),
+            sources: sources.iter().map(|s| s.entry.clone()).collect(),
+        },
+    )
+    .map_err(|diagnostics| PlanError::Invalid { diagnostics })?;
+
+    // Encode and digest.
+    let program_bytes = encode_program(&program)?;
+    if let Err(overrun) = budgets.check("program_bytes", program_bytes.len() as u64) {
+        return Err(PlanError::invalid(Diagnostic::budget(overrun)));
+    }
+    let program_digest = program_digest_of_bytes(&program_bytes);
+    let graph_digest = graph_digest(&program)?;
+    Ok(Planned {
+        program,
+        program_bytes,
+        program_digest,
+        graph_digest,
+        sources,
+        hardening,
+        workspace: WorkspaceIdentity {
+            path: input.workspace.to_string_lossy().into_owned(),
+            device: workspace_facts.device,
+            inode: workspace_facts.inode,
+        },
+        entry_label: entry.label,
+    })
+}
+
+/// Stores a planned workflow; returns its manifest.
+pub fn store_plan(home: &RhoHome, planned: &Planned) -> Result<PlanManifest, PlanError> {
+    let plan = NewPlan {
+        program: &planned.program,
+        program_bytes: &planned.program_bytes,
+        program_digest: &planned.program_digest,
+        graph_digest: &planned.graph_digest,
+        sources: planned
+            .sources
+            .iter()
+            .map(|s| SourceText {
+                entry: &s.entry,
+                text: &s.text,
+            })
+            .collect(),
+        workspace: planned.workspace.clone(),
+        sandbox: planned.sandbox_record(),
+    };
+    Ok(plans::store(home, &plan)?)
+}
+
+/// The entry file's label and directory.
+struct Entry {
+    label: String,
+    dir: PathBuf,
+}
+
+fn entry_file(file: &Path, workspace: &Path) -> Result<Entry, PlanError> {
+    let shown = file.display().to_string();
+    let bad = |message: String| PlanError::invalid(Diagnostic::new("entry", message));
+    let absolute = if file.is_absolute() {
+        file.to_owned()
+    } else {
+        workspace.join(file)
+    };
+    let canonical = std::fs::canonicalize(&absolute).map_err(|e| match e.kind() {
+        std::io::ErrorKind::NotFound => bad(format!("workflow file `{shown}` does not exist")),
+        _ => bad(format!("workflow file `{shown}` cannot be read: {e}")),
+    })?;
+    let Some(label) = modules::entry_label(&canonical, workspace) else {
+        return Err(bad(format!(
+            "workflow file `{shown}` is outside the workspace {} (the directory rho runs in); run rho from the workspace that contains it",
+            workspace.display()
+        )));
+    };
+    modules::label_path(&label)
+        .map_err(|r| bad(format!("workflow file `{shown}`: {}", r.message)))?;
+    let dir = canonical
+        .parent()
+        .map_or_else(|| workspace.to_owned(), Path::to_path_buf);
+    Ok(Entry { label, dir })
+}
+
+/// Runs one plan conversation with the worker.
+fn evaluate(
+    command: &WorkerCommand,
+    service: &mut ModuleService<'_>,
+    entry_label: &str,
+    entry_source: String,
+    inputs: BTreeMap<String, Data>,
+    budgets: &Budgets,
+) -> Result<(EvaluatedWorkflow, HardeningReport), PlanError> {
+    let (mut conversation, hardening) = Conversation::start(command)?;
+    conversation.send(HostMessage::Plan(PlanRequest {
+        entry_label: entry_label.to_owned(),
+        entry_source,
+        inputs,
+        budgets: budgets.clone(),
+    }))?;
+    let mut refusals: Vec<Diagnostic> = Vec::new();
+    let response = loop {
+        match conversation.receive()? {
+            WorkerMessage::LoadModule(request) => {
+                let answer = service.answer(&request);
+                if let rho_ipc::message::ModuleResponse::Refused { diagnostic, .. } = &answer {
+                    refusals.push(diagnostic.clone());
+                }
+                conversation.send(HostMessage::Module(answer))?;
+            }
+            WorkerMessage::Planned(response) => break response,
+            other => {
+                conversation.shutdown();
+                return Err(PlanError::Worker(WorkerError::Protocol {
+                    problem: format!(
+                        "unexpected {} during planning",
+                        worker::message_kind(&other)
+                    ),
+                }));
+            }
+        }
+    };
+    conversation.shutdown();
+    match response {
+        PlanResponse::Diagnostics(diagnostics)
+            if diagnostics.is_empty() && !refusals.is_empty() =>
+        {
+            Err(PlanError::Invalid {
+                diagnostics: refusals,
+            })
+        }
+        PlanResponse::Diagnostics(diagnostics) => Err(PlanError::Invalid { diagnostics }),
+        // A module refusal is fatal to `load()`: a workflow after one is a worker fault.
+        PlanResponse::Workflow(_) if !refusals.is_empty() => Err(PlanError::Invalid {
+            diagnostics: refusals,
+        }),
+        PlanResponse::Workflow(workflow) => Ok((workflow, hardening)),
+    }
+}
+
+/// Runs one sandbox probe in a fresh worker (for `rho doctor`): the hardening report and the
+/// probe's result.
+pub fn probe(
+    command: &WorkerCommand,
+    probe: rho_ipc::message::SandboxProbe,
+) -> Result<(HardeningReport, rho_ipc::message::ProbeResult), WorkerError> {
+    let (mut conversation, hardening) = Conversation::start(command)?;
+    conversation.send(HostMessage::Probe(probe))?;
+    let result = match conversation.receive()? {
+        WorkerMessage::ProbeResult(result) => result,
+        other => {
+            conversation.shutdown();
+            return Err(WorkerError::Protocol {
+                problem: format!(
+                    "expected a probe result, got {}",
+                    worker::message_kind(&other)
+                ),
+            });
+        }
+    };
+    conversation.shutdown();
+    Ok((hardening, result))
+}

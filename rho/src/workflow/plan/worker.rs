@@ -1,0 +1,488 @@
+//! Spawning and talking to `rho-planner-worker`: a cleared environment, piped stdio, its own
+//! process group, a host-side wall-time watchdog that kills the whole group, and the framed
+//! conversation (hardening report, one request, module requests, one final answer).
+//!
+//! Invariant: whatever the worker does (crash, signal, garbled frame, silence), the host
+//! returns an error and never a plan, and no worker process outlives the conversation: the
+//! group is killed before the leader is reaped, so its id cannot be reused in between.
+
+use std::collections::VecDeque;
+use std::ffi::OsStr;
+use std::io::{self, BufReader, BufWriter, Read as _};
+use std::os::unix::process::{CommandExt as _, ExitStatusExt as _};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, ChildStdout, Command, ExitStatus, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{Signal, killpg};
+use nix::unistd::Pid;
+use rho_ipc::budget::{BudgetOverrun, Budgets};
+use rho_ipc::frame::{FrameError, read_message, write_message};
+use rho_ipc::message::{
+    Envelope, HardeningReport, HostMessage, PROTOCOL_VERSION, SandboxMode, WorkerMessage,
+};
+
+/// The worker executable's file name.
+pub const WORKER_NAME: &str = "rho-planner-worker";
+
+/// Seconds of CPU time granted beyond the wall-time budget (the host's wall clock is the
+/// real limit; the CPU rlimit only backs it up).
+const CPU_MARGIN_SECONDS: u64 = 2;
+
+/// Bytes of the worker's stderr kept for error messages.
+const STDERR_TAIL_BYTES: usize = 16 * 1024;
+
+/// Lines of the worker's stderr quoted in an error.
+const STDERR_TAIL_LINES: usize = 12;
+
+/// Why a worker conversation failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum WorkerError {
+    /// No worker executable where one was expected.
+    #[error(
+        "planner worker not found at {}: install {WORKER_NAME} next to rho or set \
+         RHO_PLANNER_WORKER",
+        path.display()
+    )]
+    NotFound {
+        /// Where it was looked for.
+        path: PathBuf,
+    },
+    /// `RHO_PLANNER_SANDBOX` has a value other than `required` or `best-effort`.
+    #[error("RHO_PLANNER_SANDBOX must be `required` or `best-effort`, not `{value}`")]
+    BadSandboxSetting {
+        /// The value found.
+        value: String,
+    },
+    /// The worker could not be started.
+    #[error("cannot start the planner worker {}", path.display())]
+    Spawn {
+        /// The executable.
+        path: PathBuf,
+        /// The underlying error.
+        #[source]
+        source: io::Error,
+    },
+    /// The worker could not apply a required protection and refused to evaluate.
+    #[error(
+        "planner sandbox unavailable: {reason} (missing: {}); set RHO_PLANNER_SANDBOX=best-effort \
+         to plan with a degraded worker",
+        if missing.is_empty() { "none reported".to_owned() } else { missing.join(", ") }
+    )]
+    SandboxRefused {
+        /// The worker's reason.
+        reason: String,
+        /// The protections it could not apply.
+        missing: Vec<String>,
+    },
+    /// The wall-time budget ran out; the worker's process group was killed.
+    #[error("{overrun}")]
+    WallTime {
+        /// The overrun (`planner_wall_ms`, limit, measured milliseconds).
+        overrun: BudgetOverrun,
+    },
+    /// The worker died, closed its output early or sent something that is not a valid frame.
+    #[error("planner worker failed: {what}{}", stderr_section(stderr_tail))]
+    Failed {
+        /// What happened (signal, exit status, frame error).
+        what: String,
+        /// The last lines the worker wrote on stderr.
+        stderr_tail: Vec<String>,
+    },
+    /// The worker broke the conversation's rules.
+    #[error("planner worker protocol error: {problem}")]
+    Protocol {
+        /// What it did.
+        problem: String,
+    },
+}
+
+fn stderr_section(lines: &[String]) -> String {
+    if lines.is_empty() {
+        String::new()
+    } else {
+        format!("\nworker stderr (last lines):\n  {}", lines.join("\n  "))
+    }
+}
+
+/// How to start the worker.
+#[derive(Debug, Clone)]
+pub struct WorkerCommand {
+    /// The executable.
+    pub program: PathBuf,
+    /// Required (default) or best-effort protections.
+    pub mode: SandboxMode,
+    /// Wall-time budget, measured by the host from spawn.
+    pub wall_ms: u64,
+    /// `RLIMIT_AS` for the worker.
+    pub address_space_bytes: u64,
+}
+
+impl WorkerCommand {
+    /// Finds the worker (`worker_override`, from `RHO_PLANNER_WORKER`, else next to the current
+    /// executable) and reads the sandbox mode (`sandbox_setting`, from `RHO_PLANNER_SANDBOX`).
+    pub fn locate(
+        worker_override: Option<&OsStr>,
+        sandbox_setting: Option<&OsStr>,
+        budgets: &Budgets,
+    ) -> Result<Self, WorkerError> {
+        let program = if let Some(path) = worker_override.filter(|v| !v.is_empty()) {
+            PathBuf::from(path)
+        } else {
+            let exe = std::env::current_exe().map_err(|_| WorkerError::NotFound {
+                path: PathBuf::from(WORKER_NAME),
+            })?;
+            exe.parent()
+                .unwrap_or_else(|| Path::new("/"))
+                .join(WORKER_NAME)
+        };
+        if !program.is_file() {
+            return Err(WorkerError::NotFound { path: program });
+        }
+        let mode = match sandbox_setting.map(|v| v.to_string_lossy().into_owned()) {
+            None => SandboxMode::Required,
+            Some(v) if v.is_empty() || v == "required" => SandboxMode::Required,
+            Some(v) if v == "best-effort" => SandboxMode::BestEffort,
+            Some(value) => return Err(WorkerError::BadSandboxSetting { value }),
+        };
+        Ok(Self {
+            program,
+            mode,
+            wall_ms: budgets.planner_wall_ms,
+            address_space_bytes: budgets.planner_address_space_bytes,
+        })
+    }
+
+    /// The worker's arguments.
+    fn args(&self) -> Vec<String> {
+        let mut args = Vec::with_capacity(4);
+        if self.mode == SandboxMode::BestEffort {
+            args.push("--sandbox=best-effort".to_owned());
+        }
+        args.push(format!(
+            "--address-space-bytes={}",
+            self.address_space_bytes.max(1)
+        ));
+        args.push(format!(
+            "--cpu-seconds={}",
+            self.wall_ms.div_ceil(1000).max(1) + CPU_MARGIN_SECONDS
+        ));
+        args.push(format!("--parent-pid={}", std::process::id()));
+        args
+    }
+}
+
+/// Kills the worker's process group when the wall-time budget runs out.
+struct Watchdog {
+    stop: Option<mpsc::Sender<()>>,
+    fired: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Watchdog {
+    fn start(pgid: Pid, budget: Duration) -> Self {
+        let (stop, stopped) = mpsc::channel::<()>();
+        let fired = Arc::new(AtomicBool::new(false));
+        let flag = Arc::clone(&fired);
+        let thread = std::thread::Builder::new()
+            .name("planner-watchdog".to_owned())
+            .spawn(move || {
+                if let Err(mpsc::RecvTimeoutError::Timeout) = stopped.recv_timeout(budget) {
+                    flag.store(true, Ordering::SeqCst);
+                    let _ = killpg(pgid, Signal::SIGKILL);
+                }
+            })
+            .ok();
+        Self {
+            stop: Some(stop),
+            fired,
+            thread,
+        }
+    }
+
+    fn fired(&self) -> bool {
+        self.fired.load(Ordering::SeqCst)
+    }
+
+    fn disarm(&mut self) {
+        drop(self.stop.take());
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// A running conversation with one worker.
+pub struct Conversation {
+    child: Child,
+    pgid: Pid,
+    stdin: Option<BufWriter<ChildStdin>>,
+    stdout: BufReader<ChildStdout>,
+    stderr: Option<JoinHandle<VecDeque<u8>>>,
+    watchdog: Watchdog,
+    started: Instant,
+    wall_ms: u64,
+    reaped: Option<ExitStatus>,
+}
+
+impl std::fmt::Debug for Conversation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Conversation")
+            .field("pid", &self.child.id())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Conversation {
+    /// Spawns the worker and reads its hardening report. A refused report is an error
+    /// naming the missing protections; in best-effort mode the report is returned with its
+    /// gaps for the caller to record and warn about.
+    pub fn start(command: &WorkerCommand) -> Result<(Self, HardeningReport), WorkerError> {
+        let started = Instant::now();
+        let mut child = Command::new(&command.program)
+            .args(command.args())
+            .env_clear()
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .process_group(0)
+            .spawn()
+            .map_err(|source| WorkerError::Spawn {
+                path: command.program.clone(),
+                source,
+            })?;
+        let pgid = Pid::from_raw(i32::try_from(child.id()).unwrap_or(i32::MAX));
+        let watchdog = Watchdog::start(pgid, Duration::from_millis(command.wall_ms));
+        let (Some(stdin), Some(stdout), Some(stderr)) =
+            (child.stdin.take(), child.stdout.take(), child.stderr.take())
+        else {
+            let _ = killpg(pgid, Signal::SIGKILL);
+            let _ = child.wait();
+            return Err(WorkerError::Protocol {
+                problem: "worker pipes unavailable".to_owned(),
+            });
+        };
+        let stderr = std::thread::Builder::new()
+            .name("planner-stderr".to_owned())
+            .spawn(move || drain_tail(stderr))
+            .ok();
+        let mut conversation = Self {
+            child,
+            pgid,
+            stdin: Some(BufWriter::new(stdin)),
+            stdout: BufReader::new(stdout),
+            stderr,
+            watchdog,
+            started,
+            wall_ms: command.wall_ms,
+            reaped: None,
+        };
+        let report = match conversation.receive()? {
+            WorkerMessage::Hardening(report) => report,
+            other => {
+                let problem = format!("expected a hardening report first, got {}", kind_of(&other));
+                return Err(conversation.fail_protocol(problem));
+            }
+        };
+        if let Some(reason) = &report.refused {
+            let missing = report.missing().into_iter().map(str::to_owned).collect();
+            let reason = reason.clone();
+            conversation.shutdown();
+            return Err(WorkerError::SandboxRefused { reason, missing });
+        }
+        if command.mode == SandboxMode::Required && !report.missing().is_empty() {
+            let missing: Vec<String> = report.missing().into_iter().map(str::to_owned).collect();
+            conversation.shutdown();
+            return Err(WorkerError::SandboxRefused {
+                reason: "the worker reported missing protections without refusing".to_owned(),
+                missing,
+            });
+        }
+        Ok((conversation, report))
+    }
+
+    /// Milliseconds since the worker was spawned.
+    pub fn elapsed_ms(&self) -> u64 {
+        u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX)
+    }
+
+    /// Sends one message.
+    pub fn send(&mut self, message: HostMessage) -> Result<(), WorkerError> {
+        let result = match self.stdin.as_mut() {
+            Some(stdin) => write_message(stdin, &Envelope::new(message)),
+            None => Err(FrameError::Io(io::Error::from(io::ErrorKind::BrokenPipe))),
+        };
+        match result {
+            Ok(()) => Ok(()),
+            // A closed pipe means the worker is gone: report why it went.
+            Err(FrameError::Io(_)) => Err(self.fail_after_eof("the worker closed its input")),
+            Err(e) => Err(self.fail_protocol(format!("cannot encode a message: {e}"))),
+        }
+    }
+
+    /// Receives one message.
+    pub fn receive(&mut self) -> Result<WorkerMessage, WorkerError> {
+        match read_message::<_, Envelope<WorkerMessage>>(&mut self.stdout) {
+            Ok(envelope) if envelope.protocol_version == PROTOCOL_VERSION => Ok(envelope.message),
+            Ok(envelope) => Err(self.fail_protocol(format!(
+                "protocol version mismatch: expected {PROTOCOL_VERSION}, got {}",
+                envelope.protocol_version
+            ))),
+            Err(FrameError::Closed) => {
+                Err(self.fail_after_eof("the worker closed its output without an answer"))
+            }
+            Err(e @ (FrameError::TruncatedBody { .. } | FrameError::TruncatedHeader { .. })) => {
+                Err(self.fail_after_eof(&format!("the worker's output ended mid-frame ({e})")))
+            }
+            Err(FrameError::Io(e)) => {
+                Err(self.fail_after_eof(&format!("reading the worker's output failed: {e}")))
+            }
+            Err(e) => {
+                let what = match &e {
+                    FrameError::Payload(inner) => format!("garbled frame from the worker: {inner}"),
+                    other => format!("garbled frame from the worker: {other}"),
+                };
+                self.kill_and_reap();
+                Err(self.failure(what))
+            }
+        }
+    }
+
+    /// Ends the conversation after the final answer: the group is killed (the worker has
+    /// nothing left to say) and the leader reaped.
+    pub fn shutdown(&mut self) {
+        drop(self.stdin.take());
+        self.kill_and_reap();
+    }
+
+    fn kill_and_reap(&mut self) {
+        if self.reaped.is_none() {
+            let _ = killpg(self.pgid, Signal::SIGKILL);
+            self.reaped = self.child.wait().ok();
+        }
+        self.watchdog.disarm();
+    }
+
+    /// The worker stopped talking: wait for it to exit (the watchdog bounds the wait) and
+    /// say how it ended.
+    fn fail_after_eof(&mut self, what: &str) -> WorkerError {
+        drop(self.stdin.take());
+        if self.reaped.is_none() {
+            self.reaped = self.child.wait().ok();
+            let _ = killpg(self.pgid, Signal::SIGKILL);
+        }
+        self.watchdog.disarm();
+        if self.watchdog.fired() {
+            return self.wall_time();
+        }
+        let status = self
+            .reaped
+            .map_or_else(|| "its exit status is unknown".to_owned(), describe_status);
+        self.failure(format!("{what}; {status}"))
+    }
+
+    fn fail_protocol(&mut self, problem: String) -> WorkerError {
+        self.kill_and_reap();
+        if self.watchdog.fired() {
+            return self.wall_time();
+        }
+        WorkerError::Protocol { problem }
+    }
+
+    fn wall_time(&self) -> WorkerError {
+        WorkerError::WallTime {
+            overrun: BudgetOverrun {
+                name: "planner_wall_ms".to_owned(),
+                limit: self.wall_ms,
+                measured: self.elapsed_ms().max(self.wall_ms.saturating_add(1)),
+            },
+        }
+    }
+
+    fn failure(&mut self, what: String) -> WorkerError {
+        if self.watchdog.fired() {
+            return self.wall_time();
+        }
+        WorkerError::Failed {
+            what,
+            stderr_tail: self.stderr_tail(),
+        }
+    }
+
+    fn stderr_tail(&mut self) -> Vec<String> {
+        let Some(handle) = self.stderr.take() else {
+            return Vec::new();
+        };
+        let Ok(tail) = handle.join() else {
+            return Vec::new();
+        };
+        let bytes: Vec<u8> = tail.into_iter().collect();
+        let text = String::from_utf8_lossy(&bytes);
+        let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
+        let start = lines.len().saturating_sub(STDERR_TAIL_LINES);
+        lines[start..].iter().map(|l| (*l).to_owned()).collect()
+    }
+}
+
+impl Drop for Conversation {
+    fn drop(&mut self) {
+        self.kill_and_reap();
+    }
+}
+
+fn drain_tail(mut stderr: std::process::ChildStderr) -> VecDeque<u8> {
+    let mut tail = VecDeque::with_capacity(STDERR_TAIL_BYTES);
+    let mut buf = [0_u8; 4096];
+    loop {
+        match stderr.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => {
+                tail.extend(&buf[..n]);
+                let excess = tail.len().saturating_sub(STDERR_TAIL_BYTES);
+                tail.drain(..excess);
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(_) => break,
+        }
+    }
+    tail
+}
+
+/// `exit status 3`, `killed by signal SIGSEGV (core dumped)`.
+pub fn describe_status(status: ExitStatus) -> String {
+    if let Some(code) = status.code() {
+        return format!("the worker exited with status {code}");
+    }
+    match status.signal() {
+        Some(sig) => {
+            let name = Signal::try_from(sig)
+                .map_or_else(|_| format!("signal {sig}"), |s| s.as_str().to_owned());
+            let core = if status.core_dumped() {
+                " (core dumped)"
+            } else {
+                ""
+            };
+            format!("the worker was killed by {name}{core}")
+        }
+        None => "the worker ended in an unknown way".to_owned(),
+    }
+}
+
+fn kind_of(message: &WorkerMessage) -> &'static str {
+    match message {
+        WorkerMessage::Hardening(_) => "a hardening report",
+        WorkerMessage::LoadModule(_) => "a module request",
+        WorkerMessage::Planned(_) => "a plan response",
+        WorkerMessage::ProbeResult(_) => "a probe result",
+    }
+}
+
+/// The name of a message kind, for protocol errors elsewhere in planning.
+pub fn message_kind(message: &WorkerMessage) -> &'static str {
+    kind_of(message)
+}

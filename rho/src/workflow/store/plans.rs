@@ -1,0 +1,408 @@
+//! The plan store: `$RHO_HOME/workflows/plans/<PLAN_ID>/` with `manifest.json` (format 2),
+//! `graph.json` (the program as JSON for inspection, with both digests), `program.cbor` (the
+//! canonical bytes `program_digest` covers) and `sources/<digest-hex>.star`.
+//!
+//! Invariant: a plan directory appears under its id complete or not at all (it is written
+//! under a temporary name, synced, then renamed into place), and a loaded plan is returned
+//! only when `program.cbor` still hashes to the digest its manifest records.
+
+use std::fs::File;
+use std::path::PathBuf;
+
+use rho_ipc::digest::{graph_digest, program_digest_of_bytes};
+use rho_ipc::message::{ProtectionStatus, SandboxMode};
+use rho_ipc::program::{FrozenProgram, SourceEntry};
+use serde::{Deserialize, Serialize};
+
+use super::StoreError;
+use super::fs::{PrivateDir, TEMP_PREFIX, sync_files};
+use super::ids::{is_id, new_id, resolve_prefix};
+use crate::paths::RhoHome;
+
+/// The manifest format this build writes and reads.
+pub const MANIFEST_FORMAT: u32 = 2;
+
+/// Largest `manifest.json` or `graph.json` read back.
+const MAX_DOCUMENT_BYTES: u64 = 512 * 1024 * 1024;
+
+/// The workspace a plan was made in.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WorkspaceIdentity {
+    /// Canonical absolute path.
+    pub path: String,
+    /// `st_dev` of the workspace directory.
+    pub device: u64,
+    /// `st_ino` of the workspace directory.
+    pub inode: u64,
+}
+
+/// How the planner worker was protected while it evaluated the sources.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SandboxRecord {
+    /// `required` or `best-effort`.
+    pub mode: SandboxMode,
+    /// Protections that were not applied (empty for a fully hardened worker).
+    pub missing: Vec<String>,
+    /// Every protection as the worker reported it.
+    pub protections: Vec<ProtectionStatus>,
+}
+
+/// `manifest.json` of a plan.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PlanManifest {
+    /// [`MANIFEST_FORMAT`].
+    pub format: u32,
+    /// The plan id.
+    pub plan_id: String,
+    /// RFC 3339 UTC creation time.
+    pub created_at: String,
+    /// `program_digest` of `program.cbor`.
+    pub program_digest: String,
+    /// `graph_digest` of the program.
+    pub graph_digest: String,
+    /// The workspace planned in.
+    pub workspace: WorkspaceIdentity,
+    /// Every source served to the planner, sorted by label.
+    pub sources: Vec<SourceEntry>,
+    /// The workflow name.
+    pub name: String,
+    /// Number of nodes.
+    pub node_count: u64,
+    /// The planner's protections.
+    pub sandbox: SandboxRecord,
+}
+
+/// `graph.json`: the frozen document, for inspection (the digest is over CBOR, not this).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GraphDocument {
+    /// The program.
+    pub program: FrozenProgram,
+    /// Its `program_digest`.
+    pub program_digest: String,
+    /// Its `graph_digest`.
+    pub graph_digest: String,
+}
+
+/// A source to store with a plan.
+#[derive(Debug, Clone, Copy)]
+pub struct SourceText<'a> {
+    /// Its manifest entry (label, size, digest).
+    pub entry: &'a SourceEntry,
+    /// Its text.
+    pub text: &'a str,
+}
+
+/// Everything needed to store a new plan.
+#[derive(Debug, Clone)]
+pub struct NewPlan<'a> {
+    /// The program.
+    pub program: &'a FrozenProgram,
+    /// Its canonical encoding.
+    pub program_bytes: &'a [u8],
+    /// `program_digest` of `program_bytes`.
+    pub program_digest: &'a str,
+    /// `graph_digest` of the program.
+    pub graph_digest: &'a str,
+    /// Source texts.
+    pub sources: Vec<SourceText<'a>>,
+    /// The workspace.
+    pub workspace: WorkspaceIdentity,
+    /// The planner's protections.
+    pub sandbox: SandboxRecord,
+}
+
+/// A plan read back from the store and verified.
+#[derive(Debug, Clone)]
+pub struct StoredPlan {
+    /// Its manifest.
+    pub manifest: PlanManifest,
+    /// The decoded program.
+    pub program: FrozenProgram,
+    /// The canonical bytes (what the digest covers).
+    pub program_bytes: Vec<u8>,
+    /// `program_digest`, recomputed from the bytes (equal to the manifest's).
+    pub program_digest: String,
+}
+
+/// Opens `$RHO_HOME/workflows` (creating it when `create`); `None` when it does not exist.
+pub fn workflows_dir(home: &RhoHome, create: bool) -> Result<Option<PrivateDir>, StoreError> {
+    let Some(root) = PrivateDir::open_home(home.root(), create)? else {
+        return Ok(None);
+    };
+    if create {
+        Ok(Some(root.ensure_private_dir("workflows")?))
+    } else {
+        root.open_private_dir("workflows")
+    }
+}
+
+/// Opens `$RHO_HOME/workflows/plans` (creating it when `create`).
+pub fn plans_dir(home: &RhoHome, create: bool) -> Result<Option<PrivateDir>, StoreError> {
+    let Some(workflows) = workflows_dir(home, create)? else {
+        return Ok(None);
+    };
+    if create {
+        Ok(Some(workflows.ensure_private_dir("plans")?))
+    } else {
+        workflows.open_private_dir("plans")
+    }
+}
+
+/// The file name of a stored source: the hex of its digest plus `.star`.
+pub fn source_file_name(digest: &str) -> String {
+    format!("{}.star", digest.strip_prefix("sha256:").unwrap_or(digest))
+}
+
+/// Stores a new plan and returns its manifest. Nothing is left behind on failure.
+pub fn store(home: &RhoHome, plan: &NewPlan<'_>) -> Result<PlanManifest, StoreError> {
+    let plans = plans_dir(home, true)?
+        .ok_or_else(|| StoreError::io("create", home.workflows(), std::io::ErrorKind::NotFound))?;
+    let plan_id = new_id();
+    let manifest = PlanManifest {
+        format: MANIFEST_FORMAT,
+        plan_id: plan_id.clone(),
+        created_at: super::timestamp_now(),
+        program_digest: plan.program_digest.to_owned(),
+        graph_digest: plan.graph_digest.to_owned(),
+        workspace: plan.workspace.clone(),
+        sources: plan.program.sources.clone(),
+        name: plan.program.name.clone(),
+        node_count: plan.program.root.nodes.len() as u64,
+        sandbox: plan.sandbox.clone(),
+    };
+    let temp_name = format!("{TEMP_PREFIX}{plan_id}");
+    let temp = plans.create_private_dir(&temp_name)?;
+    let result = write_plan_files(&temp, plan, &manifest)
+        .and_then(|()| plans.rename_noreplace(&temp_name, &plan_id))
+        .and_then(|()| plans.sync());
+    if let Err(error) = result {
+        let _ = plans.remove_tree(&temp_name);
+        return Err(error);
+    }
+    Ok(manifest)
+}
+
+fn write_plan_files(
+    dir: &PrivateDir,
+    plan: &NewPlan<'_>,
+    manifest: &PlanManifest,
+) -> Result<(), StoreError> {
+    let document = GraphDocument {
+        program: plan.program.clone(),
+        program_digest: plan.program_digest.to_owned(),
+        graph_digest: plan.graph_digest.to_owned(),
+    };
+    let graph_json = json_bytes(&document, &dir.entry_path("graph.json"))?;
+    let manifest_json = json_bytes(manifest, &dir.entry_path("manifest.json"))?;
+
+    let sources = dir.create_private_dir("sources")?;
+    let mut files: Vec<(PathBuf, File)> = Vec::with_capacity(plan.sources.len() + 5);
+    let mut written = std::collections::BTreeSet::new();
+    for source in &plan.sources {
+        let name = source_file_name(&source.entry.digest);
+        if written.insert(name.clone()) {
+            files.push((
+                sources.entry_path(&name),
+                sources.create_file(&name, source.text.as_bytes())?,
+            ));
+        }
+    }
+    files.push((
+        dir.entry_path("program.cbor"),
+        dir.create_file("program.cbor", plan.program_bytes)?,
+    ));
+    files.push((
+        dir.entry_path("graph.json"),
+        dir.create_file("graph.json", &graph_json)?,
+    ));
+    files.push((
+        dir.entry_path("manifest.json"),
+        dir.create_file("manifest.json", &manifest_json)?,
+    ));
+    for d in [&sources, dir] {
+        let fd = d
+            .fd()
+            .try_clone_to_owned()
+            .map_err(|e| StoreError::io("open", d.path(), e))?;
+        files.push((d.path().to_owned(), File::from(fd)));
+    }
+    sync_files(&files)
+}
+
+fn json_bytes<T: Serialize>(value: &T, path: &std::path::Path) -> Result<Vec<u8>, StoreError> {
+    let mut bytes = serde_json::to_vec_pretty(value).map_err(|e| StoreError::Corrupt {
+        path: path.to_owned(),
+        problem: format!("cannot serialize: {e}"),
+    })?;
+    bytes.push(b'\n');
+    Ok(bytes)
+}
+
+/// Every stored plan id (directory names that are ids), sorted.
+pub fn plan_ids(home: &RhoHome) -> Result<Vec<String>, StoreError> {
+    let Some(plans) = plans_dir(home, false)? else {
+        return Ok(Vec::new());
+    };
+    Ok(plans
+        .list_entries()?
+        .into_iter()
+        .filter(|n| is_id(n))
+        .collect())
+}
+
+/// Resolves a plan id or unique prefix.
+pub fn resolve(home: &RhoHome, prefix: &str) -> Result<String, StoreError> {
+    let ids = plan_ids(home)?;
+    resolve_prefix("plan", prefix, ids.iter().map(String::as_str))
+}
+
+fn open_plan(home: &RhoHome, id: &str) -> Result<PrivateDir, StoreError> {
+    let unknown = || StoreError::UnknownId {
+        kind: "plan",
+        prefix: id.to_owned(),
+    };
+    if !is_id(id) {
+        return Err(unknown());
+    }
+    let plans = plans_dir(home, false)?.ok_or_else(unknown)?;
+    plans.open_private_dir(id)?.ok_or_else(unknown)
+}
+
+fn read_manifest(dir: &PrivateDir, id: &str) -> Result<PlanManifest, StoreError> {
+    let path = dir.entry_path("manifest.json");
+    let bytes = dir.read_private("manifest.json", MAX_DOCUMENT_BYTES)?;
+    let manifest: PlanManifest =
+        serde_json::from_slice(&bytes).map_err(|e| StoreError::Corrupt {
+            path: path.clone(),
+            problem: e.to_string(),
+        })?;
+    if manifest.format != MANIFEST_FORMAT {
+        return Err(StoreError::Corrupt {
+            path,
+            problem: format!(
+                "manifest format {} is not supported (this build reads format {MANIFEST_FORMAT})",
+                manifest.format
+            ),
+        });
+    }
+    if manifest.plan_id != id {
+        return Err(StoreError::Corrupt {
+            path,
+            problem: format!("it names plan {} but is stored as {id}", manifest.plan_id),
+        });
+    }
+    Ok(manifest)
+}
+
+/// Reads the manifest of plan `id` (a full id).
+pub fn manifest(home: &RhoHome, id: &str) -> Result<PlanManifest, StoreError> {
+    let dir = open_plan(home, id)?;
+    read_manifest(&dir, id)
+}
+
+/// Loads plan `id` (a full id) and verifies that `program.cbor` decodes strictly and hashes
+/// to the manifest's `program_digest`.
+pub fn load(home: &RhoHome, id: &str) -> Result<StoredPlan, StoreError> {
+    let dir = open_plan(home, id)?;
+    let manifest = read_manifest(&dir, id)?;
+    let path = dir.entry_path("program.cbor");
+    let program_bytes = dir.read_private("program.cbor", MAX_DOCUMENT_BYTES)?;
+    let digest = program_digest_of_bytes(&program_bytes);
+    if digest != manifest.program_digest {
+        return Err(StoreError::Corrupt {
+            path,
+            problem: format!(
+                "its digest is {digest}, but the manifest records {}",
+                manifest.program_digest
+            ),
+        });
+    }
+    let program: FrozenProgram =
+        rho_ipc::canonical::from_canonical_bytes(&program_bytes).map_err(|e| {
+            StoreError::Corrupt {
+                path: path.clone(),
+                problem: e.to_string(),
+            }
+        })?;
+    let graph = graph_digest(&program).map_err(|e| StoreError::Corrupt {
+        path: path.clone(),
+        problem: e.to_string(),
+    })?;
+    if graph != manifest.graph_digest {
+        return Err(StoreError::Corrupt {
+            path,
+            problem: format!(
+                "its graph digest is {graph}, the manifest records {}",
+                manifest.graph_digest
+            ),
+        });
+    }
+    Ok(StoredPlan {
+        manifest,
+        program,
+        program_bytes,
+        program_digest: digest,
+    })
+}
+
+/// Reads a stored source text of plan `id` by its digest.
+pub fn source_text(home: &RhoHome, id: &str, digest: &str) -> Result<String, StoreError> {
+    let dir = open_plan(home, id)?;
+    let sources = dir.open_private_dir("sources")?.ok_or_else(|| {
+        StoreError::io(
+            "open",
+            dir.entry_path("sources"),
+            std::io::ErrorKind::NotFound,
+        )
+    })?;
+    let name = source_file_name(digest);
+    let bytes = sources.read_private(&name, MAX_DOCUMENT_BYTES)?;
+    String::from_utf8(bytes).map_err(|_| StoreError::Corrupt {
+        path: sources.entry_path(&name),
+        problem: "not UTF-8".to_owned(),
+    })
+}
+
+/// Manifests of every stored plan, newest first (ties by id).
+pub fn list(home: &RhoHome) -> Result<Vec<PlanManifest>, StoreError> {
+    let Some(plans) = plans_dir(home, false)? else {
+        return Ok(Vec::new());
+    };
+    let mut manifests = Vec::new();
+    for name in plans.list_entries()? {
+        if !is_id(&name) {
+            continue;
+        }
+        let Some(dir) = plans.open_private_dir(&name)? else {
+            continue;
+        };
+        manifests.push(read_manifest(&dir, &name)?);
+    }
+    manifests.sort_by(|a, b| {
+        b.created_at
+            .cmp(&a.created_at)
+            .then_with(|| a.plan_id.cmp(&b.plan_id))
+    });
+    Ok(manifests)
+}
+
+/// Deletes plan `id` (a full id): renamed out of sight first, so a crash never leaves a
+/// half-deleted plan under its id.
+pub fn delete(home: &RhoHome, id: &str) -> Result<(), StoreError> {
+    let dir = open_plan(home, id)?;
+    drop(dir);
+    let plans = plans_dir(home, false)?.ok_or_else(|| StoreError::UnknownId {
+        kind: "plan",
+        prefix: id.to_owned(),
+    })?;
+    let doomed = format!("{TEMP_PREFIX}delete-{id}");
+    plans.rename_noreplace(id, &doomed)?;
+    plans.sync()?;
+    plans.remove_tree(&doomed)?;
+    plans.sync()?;
+    Ok(())
+}
