@@ -95,7 +95,19 @@ fn agent_error(err: &AgentError) -> CliError {
         }
         _ => ExitCode::Invalid,
     };
-    CliError::with_code(code, err.to_string())
+    CliError::with_code(code, with_sources(err))
+}
+
+/// The error's message followed by its sources (`cannot read x: No such file or directory`).
+fn with_sources(err: &dyn std::error::Error) -> String {
+    let mut text = err.to_string();
+    let mut source = err.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
 }
 
 fn list(as_json: bool, workflow_dir: Option<PathBuf>) -> CliResult {
@@ -231,7 +243,7 @@ fn validate(files: &[PathBuf]) -> CliResult {
                     def.runtime
                 );
             }
-            Err(e) => failures.push(e.to_string()),
+            Err(e) => failures.push(with_sources(&e)),
         }
     }
     print_out(&out)?;
