@@ -403,7 +403,10 @@ impl Config {
 
         Ok(Self {
             file: file.to_owned(),
-            behavior: Behavior { permission_mode, classifier: model.behavior.classifier },
+            behavior: Behavior {
+                permission_mode,
+                classifier: model.behavior.classifier,
+            },
             model_aliases,
             providers: model.providers,
             environment: model.environment,
