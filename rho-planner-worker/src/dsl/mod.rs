@@ -1,0 +1,107 @@
+//! The workflow language: Starlark globals, the evaluator with its budgets, the module
+//! loader, the nesting pre-check and the bounded value converter.
+//!
+//! [`evaluate`] turns one [`PlanRequest`] into an [`EvaluatedWorkflow`] or diagnostics.
+//! It runs the whole evaluation on one dedicated thread with a large explicit stack and
+//! answers that thread's module requests on the calling thread, so the loader may do I/O on
+//! handles that cannot cross threads.
+//!
+//! Invariant: no Starlark source reaches the parser before the nesting pre-check, no
+//! Starlark value leaves the evaluator except through the bounded converter, and every
+//! problem in the sources or inputs becomes a [`Diagnostic`](rho_ipc::message::Diagnostic)
+//! (never a panic or an abort); only a broken conversation is an `Err`.
+
+mod builtins;
+mod convert;
+mod engine;
+mod fault;
+mod nesting;
+mod values;
+
+use std::sync::mpsc;
+
+use rho_ipc::evaluated::EvaluatedWorkflow;
+use rho_ipc::message::{ModuleRequest, ModuleResponse, PlanRequest, PlanResponse};
+
+use self::engine::{Engine, Stop};
+use self::values::Context;
+
+/// Stack size of the evaluation thread. The parser, compiler and freezer recurse per level
+/// of nesting; the pre-checks bound the levels, this bounds the bytes per level they may use.
+/// It counts against the worker's address-space limit.
+pub const EVALUATION_STACK_BYTES: usize = 256 * 1024 * 1024;
+
+/// Why evaluation could not produce an answer at all (as opposed to diagnostics).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum DslError {
+    /// The loader could not obtain an answer from the host for a module request.
+    #[error("module request for {label} could not be answered: {reason}")]
+    ModuleTransport {
+        /// The label that was requested.
+        label: String,
+        /// What went wrong in the conversation.
+        reason: String,
+    },
+    /// The evaluation thread could not be started.
+    #[error("cannot start the evaluation thread")]
+    Thread(#[source] std::io::Error),
+    /// The evaluation thread panicked; the panic message went to stderr.
+    #[error("the evaluation thread panicked")]
+    Panicked,
+}
+
+/// Evaluates `request`, asking `loader` for each module that a `load()` names.
+///
+/// `loader` runs on the calling thread, once per distinct label, in the order the modules
+/// are needed; its `Err` ends evaluation with that error.
+pub fn evaluate<L>(request: &PlanRequest, mut loader: L) -> Result<PlanResponse, DslError>
+where
+    L: FnMut(ModuleRequest) -> Result<ModuleResponse, DslError>,
+{
+    std::thread::scope(|scope| {
+        let (to_host, from_evaluator) = mpsc::channel::<ModuleRequest>();
+        let (to_evaluator, from_host) = mpsc::channel::<Result<ModuleResponse, DslError>>();
+        let evaluator = std::thread::Builder::new()
+            .stack_size(EVALUATION_STACK_BYTES)
+            .spawn_scoped(scope, move || {
+                run_on_this_thread(request, &to_host, &from_host)
+            })
+            .map_err(DslError::Thread)?;
+        // Serve module requests until the evaluator drops its sender (it has finished).
+        while let Ok(module_request) = from_evaluator.recv() {
+            if to_evaluator.send(loader(module_request)).is_err() {
+                break;
+            }
+        }
+        let outcome = evaluator.join().map_err(|_| DslError::Panicked)?;
+        match outcome {
+            Ok(workflow) => Ok(PlanResponse::Workflow(workflow)),
+            Err(Stop::Diagnostics(diagnostics)) => Ok(PlanResponse::Diagnostics(diagnostics)),
+            Err(Stop::Transport(error)) => Err(error),
+        }
+    })
+}
+
+fn run_on_this_thread(
+    request: &PlanRequest,
+    to_host: &mpsc::Sender<ModuleRequest>,
+    from_host: &mpsc::Receiver<Result<ModuleResponse, DslError>>,
+) -> Result<EvaluatedWorkflow, Stop> {
+    let context = Context::new(request.budgets.clone());
+    let mut host = |module_request: ModuleRequest| {
+        let label = module_request.label.clone();
+        let lost = |reason: &str| DslError::ModuleTransport {
+            label: label.clone(),
+            reason: reason.to_owned(),
+        };
+        to_host
+            .send(module_request)
+            .map_err(|_| lost("the loader thread is gone"))?;
+        from_host
+            .recv()
+            .map_err(|_| lost("the loader thread is gone"))?
+    };
+    let mut engine = Engine::new(request.budgets.clone(), &context, &mut host);
+    engine.run(request)
+}

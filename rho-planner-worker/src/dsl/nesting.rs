@@ -1,0 +1,333 @@
+//! The nesting pre-check that runs on every source before the Starlark parser sees it.
+//!
+//! The `starlark` parser, its validator and its compiler recurse once per level of nesting
+//! with no limit of their own, and a native stack overflow aborts the whole process. This
+//! scanner is a flat loop over the bytes (no recursion, no allocation proportional to the
+//! depth) that measures an upper bound of the syntactic depth: open brackets, indentation
+//! blocks, runs of prefix operators (`- - -x`, `not not x`) and long operator chains.
+//!
+//! Invariant: any source the parser could nest deeper than `limit` is rejected here first;
+//! the measure may over-count (which only makes the check stricter), never under-count.
+
+/// Where and how deep the source nests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct NestingReport {
+    /// The deepest nesting measured anywhere in the source.
+    pub(crate) max_depth: u64,
+    /// 1-based line and column where the measure first went over the limit.
+    pub(crate) first_over: Option<(u32, u32)>,
+}
+
+/// How many operators of one expression level count as one level of depth. Binary operator
+/// chains (`a + b + c ...`) nest the syntax tree one level per operator; grouping them keeps
+/// ordinary long expressions (string concatenations of a few dozen parts) well inside the
+/// budget while still bounding pathological chains of thousands of operators.
+const OPERATORS_PER_LEVEL: u64 = 8;
+
+/// One open bracket level.
+#[derive(Debug, Clone, Copy, Default)]
+struct Level {
+    /// Binary operators, dots, calls and subscripts seen since the last separator.
+    links: u64,
+}
+
+/// Measures the nesting of `source`; `limit` only decides where `first_over` points.
+pub(crate) fn measure(source: &str, limit: u64) -> NestingReport {
+    let bytes = source.as_bytes();
+    let mut report = NestingReport {
+        max_depth: 0,
+        first_over: None,
+    };
+
+    // Bracket levels; index 0 is the statement level outside any bracket.
+    let mut levels: Vec<Level> = vec![Level::default()];
+    // Indentation widths of the open blocks.
+    let mut indents: Vec<usize> = Vec::new();
+    let mut unary_run: u64 = 0;
+    // Whether the previous significant token ends an operand (so `-` is binary).
+    let mut after_operand = false;
+
+    let mut line: u32 = 1;
+    let mut line_start = 0usize;
+    let mut at_line_start = true;
+    let mut i = 0usize;
+
+    while i < bytes.len() {
+        let b = bytes[i];
+
+        if at_line_start && levels.len() == 1 {
+            at_line_start = false;
+            let mut width = 0usize;
+            let mut j = i;
+            while j < bytes.len() && (bytes[j] == b' ' || bytes[j] == b'\t') {
+                width += if bytes[j] == b'\t' { 8 - width % 8 } else { 1 };
+                j += 1;
+            }
+            let blank = j >= bytes.len() || matches!(bytes[j], b'\n' | b'\r' | b'#');
+            if !blank {
+                while indents.last().is_some_and(|&w| w > width) {
+                    indents.pop();
+                }
+                if width > indents.last().copied().unwrap_or(0) {
+                    indents.push(width);
+                }
+            }
+            i = j;
+            continue;
+        }
+
+        match b {
+            b'\n' => {
+                line += 1;
+                line_start = i + 1;
+                if levels.len() == 1 {
+                    at_line_start = true;
+                    levels[0] = Level::default();
+                    after_operand = false;
+                }
+                unary_run = 0;
+                i += 1;
+                continue;
+            }
+            b'#' => {
+                while i < bytes.len() && bytes[i] != b'\n' {
+                    i += 1;
+                }
+                continue;
+            }
+            b'\'' | b'"' => {
+                i = skip_string(bytes, i, &mut line, &mut line_start);
+                after_operand = true;
+                unary_run = 0;
+                continue;
+            }
+            b'(' | b'[' | b'{' => {
+                // A call or subscript also nests the tree once more than the bracket alone.
+                if after_operand {
+                    bump_links(&mut levels);
+                }
+                levels.push(Level::default());
+                after_operand = false;
+                unary_run = 0;
+            }
+            b')' | b']' | b'}' => {
+                if levels.len() > 1 {
+                    levels.pop();
+                }
+                after_operand = true;
+                unary_run = 0;
+            }
+            b',' | b';' | b':' | b'=' if !is_comparison_eq(bytes, i) => {
+                if let Some(top) = levels.last_mut() {
+                    top.links = 0;
+                }
+                after_operand = false;
+                unary_run = 0;
+            }
+            b'-' | b'+' | b'~' if !after_operand => {
+                unary_run += 1;
+            }
+            b'+' | b'-' | b'*' | b'/' | b'%' | b'|' | b'&' | b'^' | b'<' | b'>' | b'!' | b'='
+            | b'.' => {
+                // `.5` style numbers are not Starlark; a dot is always an attribute link.
+                bump_links(&mut levels);
+                after_operand = false;
+                unary_run = 0;
+            }
+            _ if is_ident_start(b) => {
+                let start = i;
+                while i < bytes.len() && is_ident_continue(bytes[i]) {
+                    i += 1;
+                }
+                let word = &bytes[start..i];
+                match word {
+                    b"not" => {
+                        unary_run += 1;
+                        after_operand = false;
+                    }
+                    b"and" | b"or" | b"if" | b"else" | b"in" | b"is" | b"for" => {
+                        bump_links(&mut levels);
+                        after_operand = false;
+                        unary_run = 0;
+                    }
+                    b"return" | b"def" | b"load" | b"lambda" | b"elif" | b"while" | b"pass"
+                    | b"break" | b"continue" => {
+                        after_operand = false;
+                        unary_run = 0;
+                    }
+                    _ => {
+                        after_operand = true;
+                        unary_run = 0;
+                    }
+                }
+                record(
+                    &mut report,
+                    depth(&levels, &indents, unary_run),
+                    limit,
+                    line,
+                    start - line_start,
+                );
+                continue;
+            }
+            _ if b.is_ascii_digit() => {
+                while i < bytes.len() && (bytes[i].is_ascii_alphanumeric() || bytes[i] == b'_') {
+                    i += 1;
+                }
+                after_operand = true;
+                unary_run = 0;
+                continue;
+            }
+            _ => {}
+        }
+        record(
+            &mut report,
+            depth(&levels, &indents, unary_run),
+            limit,
+            line,
+            i - line_start,
+        );
+        i += 1;
+    }
+    report
+}
+
+fn bump_links(levels: &mut [Level]) {
+    if let Some(top) = levels.last_mut() {
+        top.links += 1;
+    }
+}
+
+/// `==`, `!=`, `<=`, `>=`: the `=` belongs to a comparison, not an assignment.
+fn is_comparison_eq(bytes: &[u8], i: usize) -> bool {
+    if bytes[i] != b'=' {
+        return false;
+    }
+    let prev = i.checked_sub(1).map(|p| bytes[p]);
+    let next = bytes.get(i + 1).copied();
+    matches!(prev, Some(b'=' | b'!' | b'<' | b'>')) || next == Some(b'=')
+}
+
+fn depth(levels: &[Level], indents: &[usize], unary_run: u64) -> u64 {
+    let brackets = (levels.len() - 1) as u64;
+    let links: u64 = levels
+        .iter()
+        .map(|l| l.links.div_ceil(OPERATORS_PER_LEVEL))
+        .sum();
+    brackets + indents.len() as u64 + unary_run + links
+}
+
+fn record(report: &mut NestingReport, depth: u64, limit: u64, line: u32, column0: usize) {
+    if depth > report.max_depth {
+        report.max_depth = depth;
+    }
+    if depth > limit && report.first_over.is_none() {
+        let column = u32::try_from(column0 + 1).unwrap_or(u32::MAX);
+        report.first_over = Some((line, column));
+    }
+}
+
+fn is_ident_start(b: u8) -> bool {
+    b.is_ascii_alphabetic() || b == b'_'
+}
+
+fn is_ident_continue(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b == b'_'
+}
+
+/// Skips a string literal starting at `start` (a quote); returns the index after it.
+/// Unterminated strings run to the end (the parser reports them properly).
+fn skip_string(bytes: &[u8], start: usize, line: &mut u32, line_start: &mut usize) -> usize {
+    let quote = bytes[start];
+    let triple = bytes.get(start + 1) == Some(&quote) && bytes.get(start + 2) == Some(&quote);
+    let mut i = start + if triple { 3 } else { 1 };
+    while i < bytes.len() {
+        let b = bytes[i];
+        if b == b'\\' {
+            if bytes.get(i + 1) == Some(&b'\n') {
+                *line += 1;
+                *line_start = i + 2;
+            }
+            i += 2;
+            continue;
+        }
+        if b == b'\n' {
+            *line += 1;
+            *line_start = i + 1;
+            if !triple {
+                return i;
+            }
+        }
+        if b == quote {
+            if !triple {
+                return i + 1;
+            }
+            if bytes.get(i + 1) == Some(&quote) && bytes.get(i + 2) == Some(&quote) {
+                return i + 3;
+            }
+        }
+        i += 1;
+    }
+    i
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn brackets_count_one_level_each() {
+        assert_eq!(measure("x = [1, (2, {3: 4})]\n", 100).max_depth, 3);
+    }
+
+    #[test]
+    fn brackets_inside_strings_and_comments_do_not_count() {
+        let src = "x = \"((((\" + '[[[' # ((((((\ny = \"\"\"\n((((\n\"\"\"\n";
+        assert!(measure(src, 100).max_depth <= 2);
+    }
+
+    #[test]
+    fn ten_thousand_parentheses_are_measured_not_parsed() {
+        let src = format!("x = {}1{}\n", "(".repeat(10_000), ")".repeat(10_000));
+        let report = measure(&src, 100);
+        assert!(report.max_depth >= 10_000);
+        assert_eq!(report.first_over, Some((1, 105)));
+    }
+
+    #[test]
+    fn unary_runs_count() {
+        let src = format!("x = {}1\n", "- ".repeat(500));
+        assert!(measure(&src, 100).max_depth >= 500);
+        let src = format!("x = {}True\n", "not ".repeat(500));
+        assert!(measure(&src, 100).max_depth >= 500);
+    }
+
+    #[test]
+    fn binary_minus_is_not_a_unary_run() {
+        let src = format!("x = 1{}\n", " - 1".repeat(40));
+        assert!(measure(&src, 100).max_depth <= 6);
+    }
+
+    #[test]
+    fn long_operator_chains_count() {
+        let src = format!("x = 1{}\n", " + 1".repeat(5_000));
+        assert!(measure(&src, 100).max_depth > 100);
+    }
+
+    #[test]
+    fn indentation_blocks_count() {
+        let mut src = String::new();
+        for level in 0..300 {
+            src.push_str(&" ".repeat(level));
+            src.push_str("if x:\n");
+        }
+        src.push_str(&" ".repeat(300));
+        src.push_str("pass\n");
+        assert!(measure(&src, 100).max_depth >= 300);
+    }
+
+    #[test]
+    fn ordinary_workflow_is_shallow() {
+        let src = "def build(inputs):\n    lint = command(name = \"lint\", argv = [\"cargo\", \"clippy\"],\n                   timeout_seconds = 600, max_output_bytes = 65536)\n    return workflow(name = \"check\", nodes = [lint])\n";
+        assert!(measure(src, 100).max_depth < 10);
+    }
+}
