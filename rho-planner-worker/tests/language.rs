@@ -1113,3 +1113,149 @@ fn print_and_other_extensions_are_absent() {
     assert_eq!(diagnostic(run("print(1)\n")).code, "evaluation");
     assert_eq!(diagnostic(run("x = json.encode(1)\n")).code, "evaluation");
 }
+
+#[test]
+fn raised_nesting_budget_still_parses_on_the_big_stack() {
+    let budgets = Budgets {
+        source_nesting_depth: 50_000,
+        ..Budgets::default()
+    };
+    let parens = format!("x = {}1{}\n", "(".repeat(20_000), ")".repeat(20_000));
+    assert_eq!(
+        diagnostic(run_with(&parens, &[], &[], budgets.clone()).response).code,
+        "missing_workflow"
+    );
+    let chain = format!("x = 1{}\n", " + 1".repeat(20_000));
+    assert_eq!(
+        diagnostic(run_with(&chain, &[], &[], budgets).response).code,
+        "missing_workflow"
+    );
+}
+
+#[test]
+fn deeply_nested_module_values_are_refused_before_freezing() {
+    let module = "def f():\n    x = []\n    for i in range(100000):\n        x = [x]\n    return x\ndeep = f()\n";
+    let d = diagnostic(
+        run_with(
+            "load(\"//a.star\", \"deep\")\n",
+            &[],
+            &[("//a.star", module)],
+            Budgets::default(),
+        )
+        .response,
+    );
+    assert_eq!(d.code, "value_too_deep", "{d:#?}");
+    assert!(d.message.contains("\"deep\""), "{}", d.message);
+}
+
+mod worker_binary {
+    //! The same language through the real, hardened worker executable.
+
+    use std::io::Write as _;
+    use std::process::{Command, Stdio};
+
+    use rho_ipc::frame::{read_message, write_message};
+    use rho_ipc::message::{
+        Envelope, HostMessage, ModuleResponse, PROTOCOL_VERSION, PlanRequest, PlanResponse,
+        WorkerMessage,
+    };
+
+    use super::{Budgets, COMMON, Data, ENTRY, FULL, assert_budget, diagnostic, workflow};
+
+    /// Runs one plan conversation, answering module requests from `modules`; returns the
+    /// final response and every label the worker asked for.
+    fn converse(
+        source: &str,
+        inputs: &[(&str, Data)],
+        modules: &[(&str, &str)],
+    ) -> (PlanResponse, Vec<String>) {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_rho-planner-worker"))
+            .env_clear()
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn the worker");
+        let mut stdin = child.stdin.take().expect("stdin is piped");
+        let mut stdout = child.stdout.take().expect("stdout is piped");
+
+        let first: Envelope<WorkerMessage> = read_message(&mut stdout).expect("hardening report");
+        assert_eq!(first.protocol_version, PROTOCOL_VERSION);
+        let WorkerMessage::Hardening(report) = first.message else {
+            panic!(
+                "first message is not the hardening report: {:?}",
+                first.message
+            );
+        };
+        assert_eq!(report.refused, None, "the worker refused: {report:?}");
+
+        let request = PlanRequest {
+            entry_label: ENTRY.to_owned(),
+            entry_source: source.to_owned(),
+            inputs: inputs
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), v.clone()))
+                .collect(),
+            budgets: Budgets::default(),
+        };
+        write_message(&mut stdin, &Envelope::new(HostMessage::Plan(request))).expect("send plan");
+        let mut asked = Vec::new();
+        let response = loop {
+            let message: Envelope<WorkerMessage> = read_message(&mut stdout).expect("worker frame");
+            match message.message {
+                WorkerMessage::LoadModule(request) => {
+                    asked.push(request.label.clone());
+                    let source = modules
+                        .iter()
+                        .find(|(label, _)| *label == request.label)
+                        .map(|(_, source)| (*source).to_owned())
+                        .expect("the worker asks only for modules that exist");
+                    let answer = ModuleResponse::Source {
+                        label: request.label,
+                        source,
+                    };
+                    write_message(&mut stdin, &Envelope::new(HostMessage::Module(answer)))
+                        .expect("send module");
+                }
+                WorkerMessage::Planned(response) => break response,
+                other => panic!("unexpected worker message {other:?}"),
+            }
+        };
+        stdin.flush().expect("flush");
+        drop(stdin);
+        let output = child.wait_with_output().expect("wait for the worker");
+        assert!(
+            output.status.success(),
+            "worker failed: {:?} {}",
+            output.status,
+            String::from_utf8_lossy(&output.stderr)
+        );
+        (response, asked)
+    }
+
+    #[test]
+    fn hardened_worker_plans_a_workflow_with_a_load() {
+        let (response, asked) = converse(
+            FULL,
+            &[("fast", Data::Bool(false)), ("level", Data::Int(3))],
+            &[("//lib/common.star", COMMON)],
+        );
+        assert_eq!(asked, ["//lib/common.star"]);
+        let w = workflow(response);
+        assert_eq!(w.name, "check");
+        let names: Vec<&str> = w.nodes.iter().map(|n| n.name.as_str()).collect();
+        assert_eq!(names, ["inspect", "review", "test", "build"]);
+        assert_eq!(w.bound_inputs["target"], Data::String(".".into()));
+    }
+
+    #[test]
+    fn hardened_worker_reports_bombs_as_budget_errors() {
+        let (response, _) = converse("x = 'a' * 1000000000\n", &[], &[]);
+        assert_budget(&diagnostic(response), "string_bytes", 1_000_000);
+        let deep = format!("x = {}1{}\n", "(".repeat(10_000), ")".repeat(10_000));
+        let (response, _) = converse(&deep, &[], &[]);
+        assert_budget(&diagnostic(response), "source_nesting_depth", 100);
+        let (response, _) = converse("def f(n):\n    return f(n + 1)\nx = f(0)\n", &[], &[]);
+        assert_budget(&diagnostic(response), "call_stack_depth", 25);
+    }
+}
