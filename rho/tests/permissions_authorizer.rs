@@ -10,8 +10,10 @@ use std::time::Duration;
 use rho::config::Config;
 use rho::paths::RhoHome;
 use rho::permissions::{
-    ClassifierCommand, HostAuthorizer, HostEnvironment, ProcessHookRunner, load_hooks,
+    ClassifierCommand, HostAuthorizer, HostEnvironment, ProcessHookRunner, SharedHostAuthorizer,
+    load_hooks,
 };
+use rho::workflow::runner::authorize::{CommandAuthorizer, Verdict};
 use rho_policy::{
     ApprovalAnswer, ApprovalContext, ApprovalReason, ApprovalResponder, CommandRequest, Decider,
     EscalationCounters, ExecutableIdentity, PermissionMode,
@@ -360,4 +362,45 @@ fn for_process_reads_the_classifier_from_config() {
         .unwrap_err()
         .to_string();
     assert!(err.contains("behavior.classifier"), "{err}");
+}
+
+#[test]
+fn the_runner_seam_records_who_denied_why_and_the_mode() {
+    let fx = fixture();
+    let deny = fx.script(
+        "deny.sh",
+        "echo '{\"version\":1,\"decision\":\"deny\",\"reason\":\"frozen branch\"}'; exit 2",
+    );
+    fs::write(
+        fx.home.root().join("hooks.toml"),
+        format!(
+            "version = 1\n[[hook]]\nid = \"branch\"\non = \"before_tool_use\"\ncommand = [{:?}]\ntimeout = \"10s\"\n",
+            deny.display().to_string()
+        ),
+    )
+    .unwrap();
+    let seam: Arc<dyn CommandAuthorizer> = Arc::new(SharedHostAuthorizer::new(
+        HostAuthorizer::new(PermissionMode::Bypass, fx.hooks(), None, None),
+    ));
+    assert_eq!(seam.mode(), "bypass");
+    let Verdict::Deny(denial) = seam.authorize(&fx.request()) else {
+        panic!("a denying hook must deny through the seam");
+    };
+    assert_eq!(denial.decided_by, "hook `branch`");
+    assert_eq!(denial.reason, "frozen branch");
+    assert_eq!(denial.mode, "bypass");
+
+    let seam = SharedHostAuthorizer::new(HostAuthorizer::new(
+        PermissionMode::Supervised,
+        fx.hooks(),
+        None,
+        None,
+    ));
+    let Verdict::Deny(denial) = CommandAuthorizer::authorize(&seam, &fx.request()) else {
+        panic!("headless supervised must deny");
+    };
+    assert_eq!(
+        (denial.decided_by.as_str(), denial.mode.as_str()),
+        ("policy", "supervised")
+    );
 }

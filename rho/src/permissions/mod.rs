@@ -17,7 +17,9 @@ mod host_env;
 mod spawn;
 
 use std::path::{Path, PathBuf};
+use std::sync::{Mutex, PoisonError};
 
+use rho_policy::hooks::HostLabels;
 use rho_policy::{
     ApprovalResponder, Approvers, Authorization, Authorizer, Classifier, CommandRequest,
     EscalationCounters, PermissionMode, PolicyError,
@@ -26,6 +28,8 @@ use rho_policy::{
 use crate::cli::exit::{CliError, ExitCode};
 use crate::config::Config;
 use crate::paths::RhoHome;
+use crate::workflow::runner::authorize::{CommandAuthorizer, Verdict};
+use crate::workflow::state::DenialRecord;
 
 pub use classifier::{ClassifierCommand, DEFAULT_CLASSIFIER_TIMEOUT};
 pub use hooks::{LoadedHooks, ObservedEvent, ObserverFailure, ProcessHookRunner, load_hooks};
@@ -206,5 +210,81 @@ impl HostAuthorizer {
     /// The hook runner, for observational workflow events.
     pub fn hooks(&self) -> &ProcessHookRunner {
         &self.hooks
+    }
+}
+
+/// A [`HostAuthorizer`] shared by a run's node workers: the runner's [`CommandAuthorizer`].
+///
+/// Requests are decided one at a time under a lock, so prompts never interleave and the
+/// escalation counters see every classifier answer in order. Observational hooks run outside
+/// that lock, from a copy of the hook runner, so a slow observer never holds up a decision.
+pub struct SharedHostAuthorizer {
+    inner: Mutex<HostAuthorizer>,
+    observers: ProcessHookRunner,
+    mode: PermissionMode,
+}
+
+impl std::fmt::Debug for SharedHostAuthorizer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SharedHostAuthorizer")
+            .field("mode", &self.mode)
+            .finish_non_exhaustive()
+    }
+}
+
+impl SharedHostAuthorizer {
+    /// Shares `host` between the workers of one run.
+    pub fn new(host: HostAuthorizer) -> Self {
+        SharedHostAuthorizer {
+            observers: host.hooks.clone(),
+            mode: host.mode(),
+            inner: Mutex::new(host),
+        }
+    }
+
+    /// The escalation counters now, for the journal.
+    pub fn counters(&self) -> EscalationCounters {
+        self.lock().counters()
+    }
+
+    /// Decides one request and returns the full [`Authorization`] (who, why, mode).
+    pub fn authorize_request(&self, request: &CommandRequest) -> Authorization {
+        self.lock().authorize(request)
+    }
+
+    /// Runs the observational hooks for `event`; the failures are for the journal.
+    pub fn observe(&self, event: ObservedEvent, labels: &HostLabels) -> Vec<ObserverFailure> {
+        self.observers.observe(event, labels)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HostAuthorizer> {
+        // A panic while deciding leaves nothing half-granted: the counters only ever count up
+        // and nothing is allowed unless `authorize` returned.
+        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+impl From<HostAuthorizer> for SharedHostAuthorizer {
+    fn from(host: HostAuthorizer) -> Self {
+        SharedHostAuthorizer::new(host)
+    }
+}
+
+impl CommandAuthorizer for SharedHostAuthorizer {
+    fn mode(&self) -> String {
+        self.mode.as_str().to_owned()
+    }
+
+    fn authorize(&self, request: &CommandRequest) -> Verdict {
+        let decision = self.authorize_request(request);
+        if decision.allowed {
+            Verdict::Allow
+        } else {
+            Verdict::Deny(DenialRecord {
+                decided_by: decision.decided_by.to_string(),
+                reason: decision.reason,
+                mode: decision.mode.as_str().to_owned(),
+            })
+        }
     }
 }
