@@ -174,7 +174,11 @@ fn parse(path: &Path, bytes: &[u8], after_seq: u64) -> Result<JournalContents, J
                     out.torn_bytes = (len + 1) as u64;
                     break;
                 }
-                return Err(JournalError::Corrupt { path: path.to_owned(), line: line_no, problem });
+                return Err(JournalError::Corrupt {
+                    path: path.to_owned(),
+                    line: line_no,
+                    problem,
+                });
             }
         }
         expected += 1;
@@ -219,7 +223,11 @@ fn open_read(path: &Path) -> Result<File, JournalError> {
 }
 
 fn io_err(path: &Path, action: &'static str, source: std::io::Error) -> JournalError {
-    JournalError::Io { path: path.to_owned(), action, source }
+    JournalError::Io {
+        path: path.to_owned(),
+        action,
+        source,
+    }
 }
 
 /// Unix milliseconds now (display only; never used to decide anything).
@@ -291,8 +299,9 @@ impl Journal {
                 dropped = contents.torn_bytes,
                 "cut a torn final journal line"
             );
-            let event =
-                journal.append(EventKind::JournalRepaired { dropped_bytes: contents.torn_bytes })?;
+            let event = journal.append(EventKind::JournalRepaired {
+                dropped_bytes: contents.torn_bytes,
+            })?;
             journal.sync()?;
             contents.events.push(event);
         }
@@ -316,7 +325,11 @@ impl Journal {
 
     /// Adds a record to the pending batch (not yet written) and returns it.
     pub fn append(&mut self, kind: EventKind) -> Result<Event, JournalError> {
-        let event = Event { seq: self.next_seq, at_ms: now_ms(), kind };
+        let event = Event {
+            seq: self.next_seq,
+            at_ms: now_ms(),
+            kind,
+        };
         let line = encode_line(&event).map_err(|source| JournalError::Encode {
             path: self.path.clone(),
             seq: event.seq,
@@ -348,7 +361,9 @@ impl Journal {
     pub fn sync(&mut self) -> Result<(), JournalError> {
         self.write()?;
         if self.written_seq > self.synced_seq {
-            self.file.sync_data().map_err(|source| io_err(&self.path, "sync", source))?;
+            self.file
+                .sync_data()
+                .map_err(|source| io_err(&self.path, "sync", source))?;
             self.synced_seq = self.written_seq;
         }
         Ok(())
@@ -370,7 +385,11 @@ mod tests {
 
     #[test]
     fn lines_carry_a_verifiable_check() {
-        let event = Event { seq: 1, at_ms: 5, kind: created() };
+        let event = Event {
+            seq: 1,
+            at_ms: 5,
+            kind: created(),
+        };
         let line = encode_line(&event).unwrap();
         assert!(line.starts_with("{\"check\":\""));
         assert!(line.ends_with('\n'));
@@ -380,7 +399,11 @@ mod tests {
         let bytes = line.trim_end().as_bytes();
         assert_eq!(decode_line(bytes).unwrap(), event);
         let tampered = line.trim_end().replace("\"at_ms\":5", "\"at_ms\":6");
-        assert!(decode_line(tampered.as_bytes()).unwrap_err().contains("does not match"));
+        assert!(
+            decode_line(tampered.as_bytes())
+                .unwrap_err()
+                .contains("does not match")
+        );
         assert_eq!(line_seq(bytes), Some(1));
     }
 
@@ -390,7 +413,10 @@ mod tests {
         let path = dir.path().join("events.jsonl");
         let mut j = Journal::create(&path).unwrap();
         j.append(created()).unwrap();
-        j.append(EventKind::LifecycleChanged { lifecycle: Lifecycle::Running }).unwrap();
+        j.append(EventKind::LifecycleChanged {
+            lifecycle: Lifecycle::Running,
+        })
+        .unwrap();
         j.sync().unwrap();
         drop(j);
         let intact = std::fs::read(&path).unwrap();
@@ -406,8 +432,13 @@ mod tests {
         // Opening for append repairs it.
         let (mut j, events) = Journal::open(&path).unwrap();
         assert_eq!(events.len(), 3);
-        assert!(matches!(events[2].kind, EventKind::JournalRepaired { dropped_bytes } if dropped_bytes == (torn.len() - intact.len()) as u64));
-        j.append(EventKind::LifecycleChanged { lifecycle: Lifecycle::Completed }).unwrap();
+        assert!(
+            matches!(events[2].kind, EventKind::JournalRepaired { dropped_bytes } if dropped_bytes == (torn.len() - intact.len()) as u64)
+        );
+        j.append(EventKind::LifecycleChanged {
+            lifecycle: Lifecycle::Completed,
+        })
+        .unwrap();
         j.sync().unwrap();
         let after = read(&path).unwrap();
         assert_eq!(after.torn_bytes, 0);
@@ -422,7 +453,10 @@ mod tests {
         let path = dir.path().join("events.jsonl");
         let mut j = Journal::create(&path).unwrap();
         j.append(created()).unwrap();
-        j.append(EventKind::LifecycleChanged { lifecycle: Lifecycle::Running }).unwrap();
+        j.append(EventKind::LifecycleChanged {
+            lifecycle: Lifecycle::Running,
+        })
+        .unwrap();
         j.sync().unwrap();
         drop(j);
         let text = std::fs::read_to_string(&path).unwrap();
@@ -438,16 +472,28 @@ mod tests {
         let path = dir.path().join("events.jsonl");
         let mut j = Journal::create(&path).unwrap();
         j.append(created()).unwrap();
-        j.append(EventKind::LifecycleChanged { lifecycle: Lifecycle::Running }).unwrap();
-        j.append(EventKind::LifecycleChanged { lifecycle: Lifecycle::Completed }).unwrap();
+        j.append(EventKind::LifecycleChanged {
+            lifecycle: Lifecycle::Running,
+        })
+        .unwrap();
+        j.append(EventKind::LifecycleChanged {
+            lifecycle: Lifecycle::Completed,
+        })
+        .unwrap();
         j.sync().unwrap();
         drop(j);
         let text = std::fs::read_to_string(&path).unwrap();
         std::fs::write(&path, text.replacen("running", "RUNNING", 1)).unwrap();
         let err = Journal::open(&path).unwrap_err();
-        assert!(matches!(err, JournalError::Corrupt { line: 2, .. }), "{err}");
+        assert!(
+            matches!(err, JournalError::Corrupt { line: 2, .. }),
+            "{err}"
+        );
         let err = read_after(&path, 2).unwrap_err();
-        assert!(matches!(err, JournalError::Corrupt { line: 2, .. }), "{err}");
+        assert!(
+            matches!(err, JournalError::Corrupt { line: 2, .. }),
+            "{err}"
+        );
     }
 
     #[test]
@@ -456,13 +502,22 @@ mod tests {
         let path = dir.path().join("events.jsonl");
         let mut j = Journal::create(&path).unwrap();
         j.append(created()).unwrap();
-        j.append(EventKind::LifecycleChanged { lifecycle: Lifecycle::Running }).unwrap();
-        j.append(EventKind::LifecycleChanged { lifecycle: Lifecycle::Completed }).unwrap();
+        j.append(EventKind::LifecycleChanged {
+            lifecycle: Lifecycle::Running,
+        })
+        .unwrap();
+        j.append(EventKind::LifecycleChanged {
+            lifecycle: Lifecycle::Completed,
+        })
+        .unwrap();
         j.write().unwrap();
         assert!(j.has_unsynced());
         j.sync().unwrap();
         assert!(!j.has_unsynced());
         let tail = read_after(&path, 2).unwrap();
-        assert_eq!(tail.events.iter().map(|e| e.seq).collect::<Vec<_>>(), vec![3]);
+        assert_eq!(
+            tail.events.iter().map(|e| e.seq).collect::<Vec<_>>(),
+            vec![3]
+        );
     }
 }

@@ -64,7 +64,10 @@ struct View<'a> {
 
 impl View<'_> {
     fn state(&self, node: &str) -> Option<NodeState> {
-        self.overlay.get(node).copied().or_else(|| self.scope.node_state(node))
+        self.overlay
+            .get(node)
+            .copied()
+            .or_else(|| self.scope.node_state(node))
     }
 }
 
@@ -81,7 +84,9 @@ fn resolve_with(
     match reference {
         Reference::Status { node } => match state_of(node) {
             Some(s) if s.is_terminal() => Ok(Data::String(s.as_str().to_owned())),
-            Some(s) => Err(format!("node `{node}` has no terminal status yet (it is {s})")),
+            Some(s) => Err(format!(
+                "node `{node}` has no terminal status yet (it is {s})"
+            )),
             None => Err(format!("node `{node}` does not exist")),
         },
         Reference::ExitCode { node } => scope
@@ -90,15 +95,20 @@ fn resolve_with(
             .map(|c| Data::Int(*c))
             .ok_or_else(|| format!("node `{node}` has no exit code")),
         Reference::Output { node, path } => {
-            let mut value =
-                scope.outputs.get(node).ok_or_else(|| format!("node `{node}` has no output"))?;
+            let mut value = scope
+                .outputs
+                .get(node)
+                .ok_or_else(|| format!("node `{node}` has no output"))?;
             for (i, field) in path.iter().enumerate() {
                 value = match value {
                     Data::Map(map) => map.get(field),
                     _ => None,
                 }
                 .ok_or_else(|| {
-                    format!("output of node `{node}` has no field `{}`", path[..=i].join("."))
+                    format!(
+                        "output of node `{node}` has no field `{}`",
+                        path[..=i].join(".")
+                    )
                 })?;
             }
             Ok(value.clone())
@@ -128,8 +138,10 @@ fn evaluate_with(
             }
         }
         Condition::All { conditions } => {
-            let parts: Vec<Truth> =
-                conditions.iter().map(|c| evaluate_with(scope, c, state_of)).collect();
+            let parts: Vec<Truth> = conditions
+                .iter()
+                .map(|c| evaluate_with(scope, c, state_of))
+                .collect();
             if parts.contains(&Truth::False) {
                 Truth::False
             } else if parts.contains(&Truth::Unavailable) {
@@ -139,8 +151,10 @@ fn evaluate_with(
             }
         }
         Condition::Any { conditions } => {
-            let parts: Vec<Truth> =
-                conditions.iter().map(|c| evaluate_with(scope, c, state_of)).collect();
+            let parts: Vec<Truth> = conditions
+                .iter()
+                .map(|c| evaluate_with(scope, c, state_of))
+                .collect();
             if parts.contains(&Truth::True) {
                 Truth::True
             } else if parts.contains(&Truth::Unavailable) {
@@ -188,9 +202,10 @@ fn decide_with(
         match evaluate_with(scope, condition, state_of) {
             Truth::True => (NodeState::Ready, None),
             Truth::False => (NodeState::Skipped, Some("condition is false".to_owned())),
-            Truth::Unavailable => {
-                (NodeState::Blocked, Some("condition reads an unavailable value".to_owned()))
-            }
+            Truth::Unavailable => (
+                NodeState::Blocked,
+                Some("condition reads an unavailable value".to_owned()),
+            ),
         }
     } else if let Some((need, s)) = need_states.iter().find(|(_, s)| {
         matches!(
@@ -198,16 +213,25 @@ fn decide_with(
             NodeState::Failure | NodeState::Denial | NodeState::Cancellation | NodeState::Blocked
         )
     }) {
-        (NodeState::Blocked, Some(format!("need `{need}` ended in {s}")))
+        (
+            NodeState::Blocked,
+            Some(format!("need `{need}` ended in {s}")),
+        )
     } else if let Some((need, _)) = need_states.iter().find(|(_, s)| *s == NodeState::Skipped) {
-        (NodeState::Skipped, Some(format!("need `{need}` was skipped")))
+        (
+            NodeState::Skipped,
+            Some(format!("need `{need}` was skipped")),
+        )
     } else {
         (NodeState::Ready, None)
     };
     if decided.0 == NodeState::Ready {
         for reference in template_references(node) {
             if let Err(why) = resolve_with(scope, reference, state_of) {
-                return Some((NodeState::Blocked, Some(format!("template input unavailable: {why}"))));
+                return Some((
+                    NodeState::Blocked,
+                    Some(format!("template input unavailable: {why}")),
+                ));
             }
         }
     }
@@ -251,7 +275,10 @@ impl Usage {
 /// run is cancelling the owner does not ask for launches.
 pub fn pass(program: &FrozenProgram, scope: &ScopeState) -> Pass {
     let mut out = Pass::default();
-    let mut view = View { scope, overlay: BTreeMap::new() };
+    let mut view = View {
+        scope,
+        overlay: BTreeMap::new(),
+    };
 
     // Step 1: decide pending nodes in node-ID order until nothing changes.
     loop {
@@ -266,7 +293,11 @@ pub fn pass(program: &FrozenProgram, scope: &ScopeState) -> Pass {
             };
             if let Some((state, reason)) = decided {
                 view.overlay.insert(node.id.as_str(), state);
-                out.decisions.push(Decision { node: node.id.clone(), state, reason });
+                out.decisions.push(Decision {
+                    node: node.id.clone(),
+                    state,
+                    reason,
+                });
                 changed = true;
             }
         }
@@ -382,7 +413,10 @@ pub(crate) mod tests {
 
     pub(crate) fn agent_node(id: &str, needs: &[&str], access: Access) -> Node {
         Node {
-            execution: Execution::Agent { agent: "a".into(), prompt: Template::text("hi") },
+            execution: Execution::Agent {
+                agent: "a".into(),
+                prompt: Template::text("hi"),
+            },
             access,
             ..command_node(id, needs)
         }
@@ -392,7 +426,10 @@ pub(crate) mod tests {
         nodes.sort_by(|a, b| a.id.cmp(&b.id));
         FrozenProgram {
             format_version: 1,
-            planner: PlannerIdentity { name: "test".into(), version: "0".into() },
+            planner: PlannerIdentity {
+                name: "test".into(),
+                version: "0".into(),
+            },
             name: "t".into(),
             root: RootScope {
                 id: "s0".into(),
@@ -402,7 +439,10 @@ pub(crate) mod tests {
                 nodes,
             },
             agents: BTreeMap::new(),
-            environment: EnvironmentPolicy { name: "inherit_except_credentials".into(), exclude: vec![] },
+            environment: EnvironmentPolicy {
+                name: "inherit_except_credentials".into(),
+                exclude: vec![],
+            },
             scheduler: settings,
             budgets: Budgets::default(),
             sources: vec![],
@@ -415,7 +455,11 @@ pub(crate) mod tests {
         for node in &program.root.nodes {
             scope.tasks.insert(
                 node.id.clone(),
-                Task { state: NodeState::Pending, reason: None, attempts: vec![] },
+                Task {
+                    state: NodeState::Pending,
+                    reason: None,
+                    attempts: vec![],
+                },
             );
         }
         for (id, s) in states {
@@ -455,8 +499,12 @@ pub(crate) mod tests {
             ],
             settings(4, 4, 4),
         );
-        for bad in [NodeState::Failure, NodeState::Denial, NodeState::Cancellation, NodeState::Blocked]
-        {
+        for bad in [
+            NodeState::Failure,
+            NodeState::Denial,
+            NodeState::Cancellation,
+            NodeState::Blocked,
+        ] {
             let s = scope(&p, &[("a", bad), ("b", NodeState::Skipped)]);
             let ps = pass(&p, &s);
             assert_eq!(decided(&ps, "c"), Some(NodeState::Blocked), "{bad}");
@@ -467,7 +515,11 @@ pub(crate) mod tests {
         let s = scope(&p, &[("a", NodeState::Success), ("b", NodeState::Running)]);
         let ps = pass(&p, &s);
         assert_eq!(decided(&ps, "c"), Some(NodeState::Ready));
-        assert_eq!(decided(&ps, "d"), None, "a need still running keeps the node pending");
+        assert_eq!(
+            decided(&ps, "d"),
+            None,
+            "a need still running keeps the node pending"
+        );
     }
 
     #[test]
@@ -481,7 +533,10 @@ pub(crate) mod tests {
         });
         let mut e = command_node("e", &["a"]);
         e.when = Some(Condition::Equals {
-            reference: Reference::Output { node: "a".into(), path: vec!["x".into()] },
+            reference: Reference::Output {
+                node: "a".into(),
+                path: vec!["x".into()],
+            },
             value: Data::Int(1),
         });
         let p = program(vec![command_node("a", &[]), c, d, e], settings(4, 4, 4));
@@ -495,7 +550,10 @@ pub(crate) mod tests {
         // a succeeded with exit 0 and output {x: 2}: c false, d true, e false.
         let mut s = scope(&p, &[("a", NodeState::Success)]);
         s.command_exits.insert("a".into(), 0);
-        s.outputs.insert("a".into(), Data::Map([("x".to_owned(), Data::Int(2))].into()));
+        s.outputs.insert(
+            "a".into(),
+            Data::Map([("x".to_owned(), Data::Int(2))].into()),
+        );
         let pass2 = pass(&p, &s);
         assert_eq!(decided(&pass2, "c"), Some(NodeState::Skipped));
         assert_eq!(decided(&pass2, "d"), Some(NodeState::Ready));
@@ -514,11 +572,19 @@ pub(crate) mod tests {
         };
         let all = |v: Vec<Condition>| Condition::All { conditions: v };
         let any = |v: Vec<Condition>| Condition::Any { conditions: v };
-        let not = |c: Condition| Condition::Not { condition: Box::new(c) };
-        assert_eq!(evaluate(&s, &all(vec![t.clone(), u.clone()])), Truth::Unavailable);
+        let not = |c: Condition| Condition::Not {
+            condition: Box::new(c),
+        };
+        assert_eq!(
+            evaluate(&s, &all(vec![t.clone(), u.clone()])),
+            Truth::Unavailable
+        );
         assert_eq!(evaluate(&s, &all(vec![f.clone(), u.clone()])), Truth::False);
         assert_eq!(evaluate(&s, &all(vec![t.clone(), t.clone()])), Truth::True);
-        assert_eq!(evaluate(&s, &any(vec![f.clone(), u.clone()])), Truth::Unavailable);
+        assert_eq!(
+            evaluate(&s, &any(vec![f.clone(), u.clone()])),
+            Truth::Unavailable
+        );
         assert_eq!(evaluate(&s, &any(vec![t.clone(), u.clone()])), Truth::True);
         assert_eq!(evaluate(&s, &any(vec![f.clone(), f.clone()])), Truth::False);
         assert_eq!(evaluate(&s, &not(u.clone())), Truth::Unavailable);
@@ -530,7 +596,10 @@ pub(crate) mod tests {
                 &s,
                 &Condition::IsOneOf {
                     reference: Reference::Status { node: "a".into() },
-                    values: vec![Data::String("skipped".into()), Data::String("success".into())],
+                    values: vec![
+                        Data::String("skipped".into()),
+                        Data::String("success".into())
+                    ],
                 }
             ),
             Truth::True
@@ -542,7 +611,11 @@ pub(crate) mod tests {
         // z fails; y (needs z) is blocked; x (needs y) is blocked in the same pass although it
         // sorts first, because the pass repeats deciding until nothing changes.
         let p = program(
-            vec![command_node("x", &["y"]), command_node("y", &["z"]), command_node("z", &[])],
+            vec![
+                command_node("x", &["y"]),
+                command_node("y", &["z"]),
+                command_node("z", &[]),
+            ],
             settings(4, 4, 4),
         );
         let s = scope(&p, &[("z", NodeState::Failure)]);
@@ -558,7 +631,10 @@ pub(crate) mod tests {
         if let Execution::Command { args, .. } = &mut b.execution {
             args.push(Template(vec![
                 TemplatePart::Text("--n=".into()),
-                TemplatePart::Ref(Reference::Output { node: "a".into(), path: vec![] }),
+                TemplatePart::Ref(Reference::Output {
+                    node: "a".into(),
+                    path: vec![],
+                }),
             ]));
         }
         let p = program(vec![command_node("a", &[]), b], settings(4, 4, 4));
@@ -586,8 +662,9 @@ pub(crate) mod tests {
         assert_eq!(ps.launches, vec!["a1", "a2"]);
 
         // Total limit: stop when full even if the lane has room.
-        let nodes: Vec<Node> =
-            (0..5).map(|i| agent_node(&format!("n{i}"), &[], Access::ReadOnly)).collect();
+        let nodes: Vec<Node> = (0..5)
+            .map(|i| agent_node(&format!("n{i}"), &[], Access::ReadOnly))
+            .collect();
         let p = program(nodes, settings(2, 4, 4));
         let s = scope(&p, &[("n0", NodeState::Running)]);
         assert_eq!(pass(&p, &s).launches, vec!["n1"]);
@@ -621,15 +698,46 @@ pub(crate) mod tests {
             ],
             settings(8, 8, 8),
         );
-        let s2 = scope(&p2, &[("r1", NodeState::Running), ("w", NodeState::Ready), ("x", NodeState::Ready)]);
-        assert!(pass(&p2, &s2).launches.is_empty(), "the reader x must not pass the waiting writer");
-        let s3 = scope(&p2, &[("r1", NodeState::Success), ("w", NodeState::Ready), ("x", NodeState::Ready)]);
-        assert_eq!(pass(&p2, &s3).launches, vec!["w"], "the writer runs alone once readers left");
-        let s4 = scope(&p2, &[("r1", NodeState::Success), ("w", NodeState::Running), ("x", NodeState::Ready)]);
+        let s2 = scope(
+            &p2,
+            &[
+                ("r1", NodeState::Running),
+                ("w", NodeState::Ready),
+                ("x", NodeState::Ready),
+            ],
+        );
+        assert!(
+            pass(&p2, &s2).launches.is_empty(),
+            "the reader x must not pass the waiting writer"
+        );
+        let s3 = scope(
+            &p2,
+            &[
+                ("r1", NodeState::Success),
+                ("w", NodeState::Ready),
+                ("x", NodeState::Ready),
+            ],
+        );
+        assert_eq!(
+            pass(&p2, &s3).launches,
+            vec!["w"],
+            "the writer runs alone once readers left"
+        );
+        let s4 = scope(
+            &p2,
+            &[
+                ("r1", NodeState::Success),
+                ("w", NodeState::Running),
+                ("x", NodeState::Ready),
+            ],
+        );
         assert!(pass(&p2, &s4).launches.is_empty(), "nobody joins a writer");
         // Readers run together.
         let p3 = program(
-            vec![agent_node("r1", &[], Access::ReadOnly), agent_node("r2", &[], Access::ReadOnly)],
+            vec![
+                agent_node("r1", &[], Access::ReadOnly),
+                agent_node("r2", &[], Access::ReadOnly),
+            ],
             settings(8, 8, 8),
         );
         assert_eq!(pass(&p3, &scope(&p3, &[])).launches, vec!["r1", "r2"]);
@@ -638,12 +746,23 @@ pub(crate) mod tests {
     #[test]
     fn mutating_commands_run_one_at_a_time() {
         let p = program(
-            vec![command_node("a", &[]), command_node("b", &[]), command_node("c", &[])],
+            vec![
+                command_node("a", &[]),
+                command_node("b", &[]),
+                command_node("c", &[]),
+            ],
             settings(4, 4, 4),
         );
         let first = pass(&p, &scope(&p, &[]));
         assert_eq!(first.launches, vec!["a"]);
-        let s = scope(&p, &[("a", NodeState::Success), ("b", NodeState::Ready), ("c", NodeState::Ready)]);
+        let s = scope(
+            &p,
+            &[
+                ("a", NodeState::Success),
+                ("b", NodeState::Ready),
+                ("c", NodeState::Ready),
+            ],
+        );
         assert_eq!(pass(&p, &s).launches, vec!["b"]);
     }
 
@@ -653,18 +772,42 @@ pub(crate) mod tests {
         soft.allow_failure = true;
         let p = program(vec![command_node("a", &[]), soft], settings(4, 4, 4));
         let o = |a: NodeState, s: NodeState| outcome(&p, &scope(&p, &[("a", a), ("soft", s)]));
-        assert_eq!(o(NodeState::Success, NodeState::Failure), Some(Outcome::Success));
-        assert_eq!(o(NodeState::Success, NodeState::Denial), Some(Outcome::Success));
-        assert_eq!(o(NodeState::Success, NodeState::Cancellation), Some(Outcome::Cancellation));
-        assert_eq!(o(NodeState::Failure, NodeState::Denial), Some(Outcome::Failure));
-        assert_eq!(o(NodeState::Denial, NodeState::Success), Some(Outcome::Denial));
-        assert_eq!(o(NodeState::Blocked, NodeState::Success), Some(Outcome::Blocked));
-        assert_eq!(o(NodeState::Skipped, NodeState::Skipped), Some(Outcome::Success));
+        assert_eq!(
+            o(NodeState::Success, NodeState::Failure),
+            Some(Outcome::Success)
+        );
+        assert_eq!(
+            o(NodeState::Success, NodeState::Denial),
+            Some(Outcome::Success)
+        );
+        assert_eq!(
+            o(NodeState::Success, NodeState::Cancellation),
+            Some(Outcome::Cancellation)
+        );
+        assert_eq!(
+            o(NodeState::Failure, NodeState::Denial),
+            Some(Outcome::Failure)
+        );
+        assert_eq!(
+            o(NodeState::Denial, NodeState::Success),
+            Some(Outcome::Denial)
+        );
+        assert_eq!(
+            o(NodeState::Blocked, NodeState::Success),
+            Some(Outcome::Blocked)
+        );
+        assert_eq!(
+            o(NodeState::Skipped, NodeState::Skipped),
+            Some(Outcome::Success)
+        );
         assert_eq!(o(NodeState::Running, NodeState::Success), None);
         // allow_failure leaves the node failed: a dependent without a condition is blocked.
         let p2 = program(
             vec![
-                Node { allow_failure: true, ..command_node("a", &[]) },
+                Node {
+                    allow_failure: true,
+                    ..command_node("a", &[])
+                },
                 command_node("b", &["a"]),
             ],
             settings(4, 4, 4),

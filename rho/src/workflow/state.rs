@@ -46,7 +46,10 @@ pub enum NodeState {
 impl NodeState {
     /// Terminal states are final until an explicit resume or recovery.
     pub fn is_terminal(self) -> bool {
-        !matches!(self, NodeState::Pending | NodeState::Ready | NodeState::Running)
+        !matches!(
+            self,
+            NodeState::Pending | NodeState::Ready | NodeState::Running
+        )
     }
 
     /// The lowercase name used in JSON, conditions and status.
@@ -382,7 +385,9 @@ impl State {
     /// The root scope (empty before `run_created`).
     pub fn root(&self) -> &ScopeState {
         static EMPTY: std::sync::OnceLock<ScopeState> = std::sync::OnceLock::new();
-        self.scopes.get(ROOT_SCOPE_ID).unwrap_or_else(|| EMPTY.get_or_init(ScopeState::default))
+        self.scopes
+            .get(ROOT_SCOPE_ID)
+            .unwrap_or_else(|| EMPTY.get_or_init(ScopeState::default))
     }
 
     /// Attempts whose fate is uncertain, as `(node, attempt)`.
@@ -403,7 +408,10 @@ impl State {
         let mut out = Vec::new();
         for (id, task) in &self.root().tasks {
             if let Some(attempt) = task.attempts.last()
-                && matches!(attempt.phase, AttemptPhase::Intended | AttemptPhase::Launched)
+                && matches!(
+                    attempt.phase,
+                    AttemptPhase::Intended | AttemptPhase::Launched
+                )
             {
                 out.push((id.as_str(), attempt));
             }
@@ -631,29 +639,47 @@ pub enum StateError {
 /// Folds one event into the state.
 pub fn apply(state: &mut State, event: &Event) -> Result<(), StateError> {
     if event.seq != state.last_event_sequence + 1 {
-        return Err(StateError::Sequence { seq: event.seq, last: state.last_event_sequence });
+        return Err(StateError::Sequence {
+            seq: event.seq,
+            last: state.last_event_sequence,
+        });
     }
     let seq = event.seq;
     let name = event.kind.name();
     match &event.kind {
         EventKind::RunCreated { run_id, nodes, .. } => {
             if seq != 1 {
-                return Err(StateError::Creation { seq, problem: "run_created after the start" });
+                return Err(StateError::Creation {
+                    seq,
+                    problem: "run_created after the start",
+                });
             }
             state.run_id.clone_from(run_id);
             let mut scope = ScopeState::default();
             for node in nodes {
                 scope.tasks.insert(
                     node.clone(),
-                    Task { state: NodeState::Pending, reason: None, attempts: Vec::new() },
+                    Task {
+                        state: NodeState::Pending,
+                        reason: None,
+                        attempts: Vec::new(),
+                    },
                 );
             }
             state.scopes.insert(ROOT_SCOPE_ID.to_owned(), scope);
         }
         _ if seq == 1 => {
-            return Err(StateError::Creation { seq, problem: "the first record is not run_created" });
+            return Err(StateError::Creation {
+                seq,
+                problem: "the first record is not run_created",
+            });
         }
-        EventKind::OwnerOpened { pid, start_time, permission_mode, .. } => {
+        EventKind::OwnerOpened {
+            pid,
+            start_time,
+            permission_mode,
+            ..
+        } => {
             state.owner = Some(OwnerRecord {
                 pid: *pid,
                 start_time: *start_time,
@@ -662,13 +688,23 @@ pub fn apply(state: &mut State, event: &Event) -> Result<(), StateError> {
         }
         EventKind::OwnerClosed { .. } => state.owner = None,
         EventKind::LifecycleChanged { lifecycle } => state.lifecycle = *lifecycle,
-        EventKind::NodeStateChanged { node, state: new, reason } => {
+        EventKind::NodeStateChanged {
+            node,
+            state: new,
+            reason,
+        } => {
             let scope = root_mut(state);
             let task = task_mut(scope, seq, name, node)?;
             task.state = *new;
             task.reason.clone_from(reason);
             if new.is_terminal() {
-                scope.completions.insert(node.clone(), Completion { state: *new, attempt: None });
+                scope.completions.insert(
+                    node.clone(),
+                    Completion {
+                        state: *new,
+                        attempt: None,
+                    },
+                );
             } else {
                 scope.completions.remove(node);
                 scope.outputs.remove(node);
@@ -678,9 +714,17 @@ pub fn apply(state: &mut State, event: &Event) -> Result<(), StateError> {
         EventKind::LaunchIntended { node, attempt } => {
             let at = event.at_ms;
             let task = task_mut(root_mut(state), seq, name, node)?;
-            let expected = u32::try_from(task.attempts.len()).unwrap_or(u32::MAX).saturating_add(1);
+            let expected = u32::try_from(task.attempts.len())
+                .unwrap_or(u32::MAX)
+                .saturating_add(1);
             if *attempt != expected {
-                return Err(attempt_err(seq, name, node, *attempt, "attempt numbers must grow by one"));
+                return Err(attempt_err(
+                    seq,
+                    name,
+                    node,
+                    *attempt,
+                    "attempt numbers must grow by one",
+                ));
             }
             task.state = NodeState::Running;
             task.reason = None;
@@ -699,7 +743,11 @@ pub fn apply(state: &mut State, event: &Event) -> Result<(), StateError> {
                 finished_at_ms: None,
             });
         }
-        EventKind::Launched { node, attempt, process } => {
+        EventKind::Launched {
+            node,
+            attempt,
+            process,
+        } => {
             let a = open_attempt_mut(root_mut(state), seq, name, node, *attempt)?;
             a.phase = AttemptPhase::Launched;
             a.process = Some(*process);
@@ -716,7 +764,13 @@ pub fn apply(state: &mut State, event: &Event) -> Result<(), StateError> {
             output_artifact,
         } => {
             if !new.is_terminal() {
-                return Err(attempt_err(seq, name, node, *attempt, "finished in a non-terminal state"));
+                return Err(attempt_err(
+                    seq,
+                    name,
+                    node,
+                    *attempt,
+                    "finished in a non-terminal state",
+                ));
             }
             let at = event.at_ms;
             let scope = root_mut(state);
@@ -737,7 +791,11 @@ pub fn apply(state: &mut State, event: &Event) -> Result<(), StateError> {
                 scope.outputs.insert(node.clone(), value.clone());
             }
         }
-        EventKind::NodeDenied { node, attempt, denial } => {
+        EventKind::NodeDenied {
+            node,
+            attempt,
+            denial,
+        } => {
             let at = event.at_ms;
             let scope = root_mut(state);
             let a = open_attempt_mut(scope, seq, name, node, *attempt)?;
@@ -750,10 +808,16 @@ pub fn apply(state: &mut State, event: &Event) -> Result<(), StateError> {
             finish_task(scope, node, NodeState::Denial, Some(reason), *attempt);
         }
         EventKind::CancelRequested { request_id } => {
-            state.cancel = Some(CancelRecord { request_id: request_id.clone(), acknowledged: false });
+            state.cancel = Some(CancelRecord {
+                request_id: request_id.clone(),
+                acknowledged: false,
+            });
         }
         EventKind::CancelAcknowledged { request_id } => {
-            state.cancel = Some(CancelRecord { request_id: request_id.clone(), acknowledged: true });
+            state.cancel = Some(CancelRecord {
+                request_id: request_id.clone(),
+                acknowledged: true,
+            });
         }
         EventKind::ScopeClosed { scope, result } => {
             state.scopes.entry(scope.clone()).or_default().result = Some(result.clone());
@@ -761,7 +825,11 @@ pub fn apply(state: &mut State, event: &Event) -> Result<(), StateError> {
         EventKind::ScopeReopened { scope } => {
             state.scopes.entry(scope.clone()).or_default().result = None;
         }
-        EventKind::AttemptUncertain { node, attempt, reason } => {
+        EventKind::AttemptUncertain {
+            node,
+            attempt,
+            reason,
+        } => {
             let a = open_attempt_mut(root_mut(state), seq, name, node, *attempt)?;
             a.phase = AttemptPhase::InterruptedUncertain;
             a.reason = Some(reason.clone());
@@ -803,11 +871,14 @@ fn task_mut<'s>(
     event: &'static str,
     node: &str,
 ) -> Result<&'s mut Task, StateError> {
-    scope.tasks.get_mut(node).ok_or_else(|| StateError::UnknownNode {
-        seq,
-        event,
-        node: node.to_owned(),
-    })
+    scope
+        .tasks
+        .get_mut(node)
+        .ok_or_else(|| StateError::UnknownNode {
+            seq,
+            event,
+            node: node.to_owned(),
+        })
 }
 
 fn open_attempt_mut<'s>(
@@ -823,23 +894,59 @@ fn open_attempt_mut<'s>(
             if matches!(a.phase, AttemptPhase::Intended | AttemptPhase::Launched) {
                 Ok(a)
             } else {
-                Err(attempt_err(seq, event, node, attempt, "the attempt is not open"))
+                Err(attempt_err(
+                    seq,
+                    event,
+                    node,
+                    attempt,
+                    "the attempt is not open",
+                ))
             }
         }
-        _ => Err(attempt_err(seq, event, node, attempt, "not the node's latest attempt")),
+        _ => Err(attempt_err(
+            seq,
+            event,
+            node,
+            attempt,
+            "not the node's latest attempt",
+        )),
     }
 }
 
-fn finish_task(scope: &mut ScopeState, node: &str, state: NodeState, reason: Option<String>, attempt: u32) {
+fn finish_task(
+    scope: &mut ScopeState,
+    node: &str,
+    state: NodeState,
+    reason: Option<String>,
+    attempt: u32,
+) {
     if let Some(task) = scope.tasks.get_mut(node) {
         task.state = state;
         task.reason = reason;
     }
-    scope.completions.insert(node.to_owned(), Completion { state, attempt: Some(attempt) });
+    scope.completions.insert(
+        node.to_owned(),
+        Completion {
+            state,
+            attempt: Some(attempt),
+        },
+    );
 }
 
-fn attempt_err(seq: u64, event: &'static str, node: &str, attempt: u32, problem: &'static str) -> StateError {
-    StateError::Attempt { seq, event, node: node.to_owned(), attempt, problem }
+fn attempt_err(
+    seq: u64,
+    event: &'static str,
+    node: &str,
+    attempt: u32,
+    problem: &'static str,
+) -> StateError {
+    StateError::Attempt {
+        seq,
+        event,
+        node: node.to_owned(),
+        attempt,
+        problem,
+    }
 }
 
 #[cfg(test)]
@@ -847,7 +954,11 @@ mod tests {
     use super::*;
 
     fn ev(seq: u64, kind: EventKind) -> Event {
-        Event { seq, at_ms: 1000 + seq, kind }
+        Event {
+            seq,
+            at_ms: 1000 + seq,
+            kind,
+        }
     }
 
     fn created(nodes: &[&str]) -> Event {
@@ -865,13 +976,23 @@ mod tests {
     fn replay_tracks_attempts_exits_and_outputs() {
         let events = vec![
             created(&["a"]),
-            ev(2, EventKind::LaunchIntended { node: "a".into(), attempt: 1 }),
+            ev(
+                2,
+                EventKind::LaunchIntended {
+                    node: "a".into(),
+                    attempt: 1,
+                },
+            ),
             ev(
                 3,
                 EventKind::Launched {
                     node: "a".into(),
                     attempt: 1,
-                    process: ProcessIdentity { pid: 10, pgid: 10, start_time: 5 },
+                    process: ProcessIdentity {
+                        pid: 10,
+                        pgid: 10,
+                        start_time: 5,
+                    },
                 },
             ),
             ev(
@@ -902,19 +1023,60 @@ mod tests {
     #[test]
     fn gaps_and_foreign_nodes_are_inconsistencies() {
         let mut state = replay(&[created(&["a"])]).unwrap();
-        let gap = ev(3, EventKind::LaunchIntended { node: "a".into(), attempt: 1 });
-        assert!(matches!(apply(&mut state, &gap), Err(StateError::Sequence { seq: 3, last: 1 })));
-        let unknown = ev(2, EventKind::LaunchIntended { node: "zz".into(), attempt: 1 });
-        assert!(matches!(apply(&mut state, &unknown), Err(StateError::UnknownNode { .. })));
-        let skip = ev(2, EventKind::LaunchIntended { node: "a".into(), attempt: 2 });
-        assert!(matches!(apply(&mut state, &skip), Err(StateError::Attempt { .. })));
-        let not_first = ev(1, EventKind::LifecycleChanged { lifecycle: Lifecycle::Running });
-        assert!(matches!(replay(&[not_first]), Err(StateError::Creation { .. })));
+        let gap = ev(
+            3,
+            EventKind::LaunchIntended {
+                node: "a".into(),
+                attempt: 1,
+            },
+        );
+        assert!(matches!(
+            apply(&mut state, &gap),
+            Err(StateError::Sequence { seq: 3, last: 1 })
+        ));
+        let unknown = ev(
+            2,
+            EventKind::LaunchIntended {
+                node: "zz".into(),
+                attempt: 1,
+            },
+        );
+        assert!(matches!(
+            apply(&mut state, &unknown),
+            Err(StateError::UnknownNode { .. })
+        ));
+        let skip = ev(
+            2,
+            EventKind::LaunchIntended {
+                node: "a".into(),
+                attempt: 2,
+            },
+        );
+        assert!(matches!(
+            apply(&mut state, &skip),
+            Err(StateError::Attempt { .. })
+        ));
+        let not_first = ev(
+            1,
+            EventKind::LifecycleChanged {
+                lifecycle: Lifecycle::Running,
+            },
+        );
+        assert!(matches!(
+            replay(&[not_first]),
+            Err(StateError::Creation { .. })
+        ));
     }
 
     #[test]
     fn event_json_names_the_kind() {
-        let e = ev(2, EventKind::LaunchIntended { node: "a".into(), attempt: 1 });
+        let e = ev(
+            2,
+            EventKind::LaunchIntended {
+                node: "a".into(),
+                attempt: 1,
+            },
+        );
         let json = serde_json::to_value(&e).unwrap();
         assert_eq!(json["event"], "launch_intended");
         assert_eq!(json["seq"], 2);

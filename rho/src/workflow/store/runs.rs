@@ -117,7 +117,10 @@ impl StoredManifest {
             StoredManifest::Current(m) => m.created_at.clone(),
             StoredManifest::Legacy(v) => {
                 let nanos = v["created_at_unix_nanos"].as_u64().unwrap_or(0);
-                super::format_timestamp(nanos / 1_000_000_000, u32::try_from((nanos / 1_000_000) % 1000).unwrap_or(0))
+                super::format_timestamp(
+                    nanos / 1_000_000_000,
+                    u32::try_from((nanos / 1_000_000) % 1000).unwrap_or(0),
+                )
             }
         }
     }
@@ -133,7 +136,9 @@ pub fn legacy_refusal(run_id: &str) -> String {
 
 /// Opens `$RHO_HOME/workflows/runs` (creating it when `create`).
 pub fn runs_dir(home: &RhoHome, create: bool) -> Result<Option<PrivateDir>, StoreError> {
-    let Some(workflows) = workflows_dir(home, create)? else { return Ok(None) };
+    let Some(workflows) = workflows_dir(home, create)? else {
+        return Ok(None);
+    };
     if create {
         Ok(Some(workflows.ensure_private_dir("runs")?))
     } else {
@@ -143,8 +148,14 @@ pub fn runs_dir(home: &RhoHome, create: bool) -> Result<Option<PrivateDir>, Stor
 
 /// Every stored run id, sorted.
 pub fn run_ids(home: &RhoHome) -> Result<Vec<String>, StoreError> {
-    let Some(runs) = runs_dir(home, false)? else { return Ok(Vec::new()) };
-    Ok(runs.list_entries()?.into_iter().filter(|n| is_id(n)).collect())
+    let Some(runs) = runs_dir(home, false)? else {
+        return Ok(Vec::new());
+    };
+    Ok(runs
+        .list_entries()?
+        .into_iter()
+        .filter(|n| is_id(n))
+        .collect())
 }
 
 /// Resolves a run id or unique prefix.
@@ -155,13 +166,19 @@ pub fn resolve(home: &RhoHome, prefix: &str) -> Result<String, StoreError> {
 
 /// Opens run `id` (a full id).
 pub fn open(home: &RhoHome, id: &str) -> Result<RunDir, StoreError> {
-    let unknown = || StoreError::UnknownId { kind: "run", prefix: id.to_owned() };
+    let unknown = || StoreError::UnknownId {
+        kind: "run",
+        prefix: id.to_owned(),
+    };
     if !is_id(id) {
         return Err(unknown());
     }
     let runs = runs_dir(home, false)?.ok_or_else(unknown)?;
     let dir = runs.open_private_dir(id)?.ok_or_else(unknown)?;
-    Ok(RunDir { dir, id: id.to_owned() })
+    Ok(RunDir {
+        dir,
+        id: id.to_owned(),
+    })
 }
 
 /// Manifests of every stored run, newest first.
@@ -172,7 +189,9 @@ pub fn list(home: &RhoHome) -> Result<Vec<StoredManifest>, StoreError> {
         out.push(run.manifest()?);
     }
     out.sort_by(|a, b| {
-        b.created_sort_key().cmp(&a.created_sort_key()).then_with(|| a.run_id().cmp(&b.run_id()))
+        b.created_sort_key()
+            .cmp(&a.created_sort_key())
+            .then_with(|| a.run_id().cmp(&b.run_id()))
     });
     Ok(out)
 }
@@ -182,10 +201,14 @@ pub fn list(home: &RhoHome) -> Result<Vec<StoredManifest>, StoreError> {
 pub fn delete(home: &RhoHome, id: &str) -> Result<(), DeleteError> {
     let run = open(home, id)?;
     let Some(lock) = run.try_lock()? else {
-        return Err(DeleteError::Owned { run_id: id.to_owned() });
+        return Err(DeleteError::Owned {
+            run_id: id.to_owned(),
+        });
     };
-    let runs = runs_dir(home, false)?
-        .ok_or_else(|| StoreError::UnknownId { kind: "run", prefix: id.to_owned() })?;
+    let runs = runs_dir(home, false)?.ok_or_else(|| StoreError::UnknownId {
+        kind: "run",
+        prefix: id.to_owned(),
+    })?;
     let doomed = format!("{TEMP_PREFIX}delete-{id}");
     runs.rename_noreplace(id, &doomed)?;
     runs.sync()?;
@@ -201,7 +224,9 @@ pub fn delete(home: &RhoHome, id: &str) -> Result<(), DeleteError> {
 #[non_exhaustive]
 pub enum DeleteError {
     /// Another process owns the run.
-    #[error("run {run_id} is owned by a running process (its mutation.lock is held); cancel it first")]
+    #[error(
+        "run {run_id} is owned by a running process (its mutation.lock is held); cancel it first"
+    )]
     Owned {
         /// The run.
         run_id: String,
@@ -241,7 +266,13 @@ pub fn create(
         kind: EventKind::RunCreated {
             run_id: run_id.clone(),
             program_digest: plan.program_digest.clone(),
-            nodes: plan.program.root.nodes.iter().map(|n| n.id.clone()).collect(),
+            nodes: plan
+                .program
+                .root
+                .nodes
+                .iter()
+                .map(|n| n.id.clone())
+                .collect(),
         },
     };
     let mut state = State::empty();
@@ -285,14 +316,32 @@ fn write_run_files(
     })?;
     dir.create_private_dir("nodes")?;
     let mut files: Vec<(PathBuf, File)> = vec![
-        (dir.entry_path("program.cbor"), dir.create_file("program.cbor", &plan.program_bytes)?),
-        (dir.entry_path("graph.json"), dir.create_file("graph.json", &graph_json)?),
-        (dir.entry_path(EVENTS_FILE), dir.create_file(EVENTS_FILE, line.as_bytes())?),
-        (dir.entry_path(STATE_FILE), dir.create_file(STATE_FILE, &state_json)?),
+        (
+            dir.entry_path("program.cbor"),
+            dir.create_file("program.cbor", &plan.program_bytes)?,
+        ),
+        (
+            dir.entry_path("graph.json"),
+            dir.create_file("graph.json", &graph_json)?,
+        ),
+        (
+            dir.entry_path(EVENTS_FILE),
+            dir.create_file(EVENTS_FILE, line.as_bytes())?,
+        ),
+        (
+            dir.entry_path(STATE_FILE),
+            dir.create_file(STATE_FILE, &state_json)?,
+        ),
         (dir.entry_path(LOCK_FILE), dir.create_file(LOCK_FILE, b"")?),
-        (dir.entry_path("manifest.json"), dir.create_file("manifest.json", &manifest_json)?),
+        (
+            dir.entry_path("manifest.json"),
+            dir.create_file("manifest.json", &manifest_json)?,
+        ),
     ];
-    let fd = dir.fd().try_clone_to_owned().map_err(|e| StoreError::io("open", dir.path(), e))?;
+    let fd = dir
+        .fd()
+        .try_clone_to_owned()
+        .map_err(|e| StoreError::io("open", dir.path(), e))?;
     files.push((dir.path().to_owned(), File::from(fd)));
     sync_files(&files)
 }
@@ -354,13 +403,23 @@ impl RunDir {
     pub fn manifest(&self) -> Result<StoredManifest, StoreError> {
         let path = self.dir.entry_path("manifest.json");
         let bytes = self.dir.read_private("manifest.json", MAX_DOCUMENT_BYTES)?;
-        let value: serde_json::Value = serde_json::from_slice(&bytes)
-            .map_err(|e| StoreError::Corrupt { path: path.clone(), problem: e.to_string() })?;
-        if value.get("schema_version").and_then(serde_json::Value::as_u64) == Some(1) {
+        let value: serde_json::Value =
+            serde_json::from_slice(&bytes).map_err(|e| StoreError::Corrupt {
+                path: path.clone(),
+                problem: e.to_string(),
+            })?;
+        if value
+            .get("schema_version")
+            .and_then(serde_json::Value::as_u64)
+            == Some(1)
+        {
             return Ok(StoredManifest::Legacy(value));
         }
-        let manifest: RunManifest = serde_json::from_value(value)
-            .map_err(|e| StoreError::Corrupt { path: path.clone(), problem: e.to_string() })?;
+        let manifest: RunManifest =
+            serde_json::from_value(value).map_err(|e| StoreError::Corrupt {
+                path: path.clone(),
+                problem: e.to_string(),
+            })?;
         if manifest.format != RUN_MANIFEST_FORMAT {
             return Err(StoreError::Corrupt {
                 path,
@@ -373,7 +432,10 @@ impl RunDir {
         if manifest.run_id != self.id {
             return Err(StoreError::Corrupt {
                 path,
-                problem: format!("it names run {} but is stored as {}", manifest.run_id, self.id),
+                problem: format!(
+                    "it names run {} but is stored as {}",
+                    manifest.run_id, self.id
+                ),
             });
         }
         Ok(StoredManifest::Current(manifest))
@@ -395,8 +457,11 @@ impl RunDir {
                 ),
             });
         }
-        let program: FrozenProgram = rho_ipc::canonical::from_canonical_bytes(&bytes)
-            .map_err(|e| StoreError::Corrupt { path: path.clone(), problem: e.to_string() })?;
+        let program: FrozenProgram =
+            rho_ipc::canonical::from_canonical_bytes(&bytes).map_err(|e| StoreError::Corrupt {
+                path: path.clone(),
+                problem: e.to_string(),
+            })?;
         if program.format_version != PROGRAM_FORMAT_VERSION {
             return Err(StoreError::Corrupt {
                 path,
@@ -406,18 +471,26 @@ impl RunDir {
                 ),
             });
         }
-        let graph = graph_digest(&program)
-            .map_err(|e| StoreError::Corrupt { path: path.clone(), problem: e.to_string() })?;
+        let graph = graph_digest(&program).map_err(|e| StoreError::Corrupt {
+            path: path.clone(),
+            problem: e.to_string(),
+        })?;
         if graph != manifest.graph_digest {
             return Err(StoreError::Corrupt {
                 path,
-                problem: format!("its graph digest is {graph}, the manifest records {}", manifest.graph_digest),
+                problem: format!(
+                    "its graph digest is {graph}, the manifest records {}",
+                    manifest.graph_digest
+                ),
             });
         }
         let graph_path = self.dir.entry_path("graph.json");
         let graph_bytes = self.dir.read_private("graph.json", MAX_DOCUMENT_BYTES)?;
-        let document: GraphDocument = serde_json::from_slice(&graph_bytes)
-            .map_err(|e| StoreError::Corrupt { path: graph_path.clone(), problem: e.to_string() })?;
+        let document: GraphDocument =
+            serde_json::from_slice(&graph_bytes).map_err(|e| StoreError::Corrupt {
+                path: graph_path.clone(),
+                problem: e.to_string(),
+            })?;
         if document.program != program || document.program_digest != digest {
             return Err(StoreError::Corrupt {
                 path: graph_path,
@@ -431,7 +504,10 @@ impl RunDir {
     pub fn graph_json(&self) -> Result<serde_json::Value, StoreError> {
         let path = self.dir.entry_path("graph.json");
         let bytes = self.dir.read_private("graph.json", MAX_DOCUMENT_BYTES)?;
-        serde_json::from_slice(&bytes).map_err(|e| StoreError::Corrupt { path, problem: e.to_string() })
+        serde_json::from_slice(&bytes).map_err(|e| StoreError::Corrupt {
+            path,
+            problem: e.to_string(),
+        })
     }
 
     /// Reads the snapshot, when there is one.
@@ -446,7 +522,10 @@ impl RunDir {
         };
         serde_json::from_slice(&bytes)
             .map(Some)
-            .map_err(|e| StoreError::Corrupt { path, problem: e.to_string() })
+            .map_err(|e| StoreError::Corrupt {
+                path,
+                problem: e.to_string(),
+            })
     }
 
     /// Replaces the snapshot atomically. The caller guarantees the journal is durable up to
@@ -507,9 +586,14 @@ impl RunDir {
     pub fn read_cancel_request(&self) -> Result<Option<CancelRequest>, StoreError> {
         let path = self.dir.entry_path(CANCEL_FILE);
         match self.dir.read_private(CANCEL_FILE, 64 * 1024) {
-            Ok(bytes) => serde_json::from_slice(&bytes)
-                .map(Some)
-                .map_err(|e| StoreError::Corrupt { path, problem: e.to_string() }),
+            Ok(bytes) => {
+                serde_json::from_slice(&bytes)
+                    .map(Some)
+                    .map_err(|e| StoreError::Corrupt {
+                        path,
+                        problem: e.to_string(),
+                    })
+            }
             Err(StoreError::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
                 Ok(None)
             }
@@ -519,8 +603,12 @@ impl RunDir {
 
     /// Whether a cancellation request file exists (cheap: one `fstatat`).
     pub fn has_cancel_request(&self) -> bool {
-        nix::sys::stat::fstatat(self.dir.fd(), CANCEL_FILE, nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW)
-            .is_ok()
+        nix::sys::stat::fstatat(
+            self.dir.fd(),
+            CANCEL_FILE,
+            nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW,
+        )
+        .is_ok()
     }
 
     /// Writes a cancellation request atomically.
@@ -531,9 +619,17 @@ impl RunDir {
 
     /// Removes a handled cancellation request.
     pub fn remove_cancel_request(&self) -> Result<(), StoreError> {
-        match nix::unistd::unlinkat(self.dir.fd(), CANCEL_FILE, nix::unistd::UnlinkatFlags::NoRemoveDir) {
+        match nix::unistd::unlinkat(
+            self.dir.fd(),
+            CANCEL_FILE,
+            nix::unistd::UnlinkatFlags::NoRemoveDir,
+        ) {
             Ok(()) | Err(Errno::ENOENT) => self.dir.sync(),
-            Err(e) => Err(StoreError::io("remove", self.dir.entry_path(CANCEL_FILE), e)),
+            Err(e) => Err(StoreError::io(
+                "remove",
+                self.dir.entry_path(CANCEL_FILE),
+                e,
+            )),
         }
     }
 }

@@ -1,0 +1,44 @@
+//! `rho workflow cancel <RUN_ID>`: a durable cancellation request that the owner picks up,
+//! and a bounded wait for its acknowledgement.
+//!
+//! Invariant: `acknowledged` is printed only after the owner journaled the acknowledgement
+//! (after cleanup and the final state); otherwise the answer is `pending`, claiming nothing.
+
+use std::time::Duration;
+
+use clap::Args;
+use serde_json::json;
+
+use super::{print_out, store_error};
+use crate::cli::exit::{CliError, CliResult, ExitCode};
+use crate::paths::RhoHome;
+use crate::workflow::runner;
+use crate::workflow::store::runs;
+
+/// How long `cancel` waits for the owner.
+const WAIT: Duration = Duration::from_secs(10);
+
+/// Cancel a run.
+#[derive(Debug, Args)]
+pub struct CancelArgs {
+    /// The run id or a unique prefix of it.
+    #[arg(value_name = "RUN_ID")]
+    pub id: String,
+}
+
+/// Runs `rho workflow cancel`.
+pub fn run_cancel(args: &CancelArgs) -> CliResult {
+    let home = RhoHome::from_env().map_err(|e| CliError::operational(e.to_string()))?;
+    let id = runs::resolve(&home, &args.id).map_err(|e| store_error(&e))?;
+    let answer = runner::request_cancel(&home, &id, WAIT).map_err(|e| super::run::run_error(&e))?;
+    let mut line = json!({
+        "run_id": id,
+        "cancellation_state": answer.cancellation_state,
+        "lifecycle": answer.lifecycle,
+    });
+    if let Some(request_id) = answer.request_id {
+        line["request_id"] = json!(request_id);
+    }
+    print_out(&format!("{line}\n"))?;
+    Ok(ExitCode::Success)
+}

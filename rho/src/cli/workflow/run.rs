@@ -1,0 +1,524 @@
+//! `rho workflow run <PLAN_ID|FILE.star>`: consent to one program digest, create a run and
+//! own it to the end, streaming progress as text or JSON lines; the exit code says the
+//! outcome. Also what `resume` shares: confirmation, progress output and exit mapping.
+//!
+//! Invariant: nothing runs without consent to the exact digest (`--yes`, or `y`/`yes` at a
+//! prompt on a terminal); without both and without a terminal the command fails closed.
+
+use std::io::{BufRead as _, IsTerminal as _, Write as _};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Instant;
+
+use clap::{Args, ValueEnum};
+use serde_json::json;
+
+use super::{Context, InputArgs, create_plan, store_error};
+use crate::cli::exit::{CliError, CliResult, ExitCode};
+use crate::workflow::plan::error_chain;
+use crate::workflow::runner::agent::NoAgentRuntime;
+use crate::workflow::runner::authorize::HostCommandAuthorizer;
+use crate::workflow::runner::{self, ProgressSink, RunContext, RunError, RunReport, signals};
+use crate::workflow::state::{Event, EventKind, Lifecycle, NodeState, Outcome, State};
+use crate::workflow::store::plans;
+use crate::workflow::store::runs::{Confirmation, ConfirmationMethod};
+
+/// Progress formats of `run` and `resume`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ProgressOutput {
+    /// For people: a live view on a terminal, plain lines otherwise.
+    Text,
+    /// One JSON object per line.
+    Jsonl,
+}
+
+/// Run a stored plan (or plan and run a `.star` file).
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// A plan id (or unique prefix), or a `.star` workflow file to plan first.
+    #[arg(value_name = "PLAN_ID|FILE")]
+    pub target: String,
+    /// Consent to the plan's program digest without asking.
+    #[arg(long)]
+    pub yes: bool,
+    #[command(flatten)]
+    pub inputs: InputArgs,
+    /// Progress output.
+    #[arg(long, value_enum, default_value = "text")]
+    pub output: ProgressOutput,
+    /// The permission mode for command nodes (else RHO_PERMISSION_MODE, config, `bypass`).
+    #[arg(long, value_name = "MODE")]
+    pub permission_mode: Option<String>,
+}
+
+/// Runs `rho workflow run`.
+pub fn run_run(args: &RunArgs) -> CliResult {
+    let ctx = Context::from_env()?;
+    let is_file = Path::new(&args.target)
+        .extension()
+        .is_some_and(|e| e == "star")
+        || Path::new(&args.target).is_file();
+    let plan_id = if is_file {
+        let (_, manifest) = create_plan(Path::new(&args.target), &args.inputs.inputs)?;
+        let line = format!(
+            "plan_id: {}\nprogram_digest: {}\n",
+            manifest.plan_id, manifest.program_digest
+        );
+        if args.output == ProgressOutput::Text {
+            super::print_out(&line)?;
+        } else {
+            eprint!("{line}");
+        }
+        manifest.plan_id
+    } else {
+        if !args.inputs.inputs.is_empty() {
+            return Err(CliError::invalid(
+                "--input applies only when running a .star file; a stored plan's inputs are frozen",
+            ));
+        }
+        plans::resolve(&ctx.home, &args.target).map_err(|e| store_error(&e))?
+    };
+    let plan = plans::load(&ctx.home, &plan_id).map_err(|e| store_error(&e))?;
+    check_trust(&ctx, plan.program.trust.project_agents)?;
+    let confirmation = confirm(&plan_id, &plan.program_digest, args.yes)?;
+    let run_ctx = run_context(&ctx, args.permission_mode.as_deref())?;
+    let mut sink = Progress::new(
+        args.output,
+        run_ctx.authorizer.mode(),
+        plan.program.root.nodes.len(),
+    );
+    let result = runner::start(&run_ctx, &plan, confirmation, &mut sink);
+    finish(&mut sink, result)
+}
+
+/// Re-checks the trust a plan needed; current trust may only narrow.
+pub fn check_trust(ctx: &Context, project_agents: bool) -> Result<(), CliError> {
+    if !project_agents {
+        return Ok(());
+    }
+    let current = crate::trust::current(
+        &ctx.home,
+        &ctx.workspace,
+        crate::trust::overrides_from_env(),
+    )
+    .map_err(|e| CliError::operational(error_chain(&e)))?;
+    let required = rho_policy::TrustRequirement {
+        project_sources: false,
+        project_agents: true,
+        project_hooks: false,
+    };
+    rho_policy::check_trust(&required, &current).map_err(|e| CliError::invalid(e.to_string()))
+}
+
+/// Asks for (or takes) consent to `digest` for one new run.
+pub fn confirm(plan_id: &str, digest: &str, yes: bool) -> Result<Confirmation, CliError> {
+    let at = crate::workflow::store::timestamp_now();
+    if yes {
+        return Ok(Confirmation {
+            digest: digest.to_owned(),
+            method: ConfirmationMethod::Yes,
+            at,
+        });
+    }
+    if !(std::io::stdin().is_terminal() && std::io::stderr().is_terminal()) {
+        return Err(CliError::invalid(format!(
+            "plan {plan_id} ({digest}) needs confirmation and there is no terminal to ask on: \
+             pass --yes to consent to this digest"
+        )));
+    }
+    let mut stderr = std::io::stderr().lock();
+    let _ = write!(stderr, "Run workflow plan {plan_id} ({digest})? [y/N] ");
+    let _ = stderr.flush();
+    let mut answer = String::new();
+    std::io::stdin()
+        .lock()
+        .read_line(&mut answer)
+        .map_err(|e| CliError::operational(format!("cannot read the answer: {e}")))?;
+    match answer.trim().to_ascii_lowercase().as_str() {
+        "y" | "yes" => Ok(Confirmation {
+            digest: digest.to_owned(),
+            method: ConfirmationMethod::Prompt,
+            at: crate::workflow::store::timestamp_now(),
+        }),
+        _ => Err(CliError::invalid(format!(
+            "plan {plan_id} was not confirmed; nothing was run"
+        ))),
+    }
+}
+
+/// The owner's context: permission mode (flag, environment, configuration, `bypass`), the
+/// host authorizer, no agent runtime, and SIGINT/SIGTERM as cancellation.
+pub fn run_context(ctx: &Context, permission_mode: Option<&str>) -> Result<RunContext, CliError> {
+    let selection = crate::permissions::mode::select_process_mode(permission_mode, &ctx.config)
+        .map_err(CliError::from)?;
+    let host = crate::permissions::HostAuthorizer::for_process(
+        selection.mode,
+        &ctx.home,
+        &ctx.config,
+        &ctx.workspace,
+    )
+    .map_err(CliError::from)?;
+    signals::install()
+        .map_err(|e| CliError::operational(format!("cannot install signal handlers: {e}")))?;
+    Ok(RunContext {
+        home: ctx.home.clone(),
+        workspace: ctx.workspace.clone(),
+        authorizer: Arc::new(HostCommandAuthorizer::new(host)),
+        agents: Arc::new(NoAgentRuntime),
+        watch_signals: true,
+    })
+}
+
+/// The exit code of an outcome.
+pub fn outcome_code(outcome: Outcome) -> ExitCode {
+    match outcome {
+        Outcome::Success => ExitCode::Success,
+        Outcome::Failure => ExitCode::Failure,
+        Outcome::Denial => ExitCode::Denial,
+        Outcome::Cancellation => ExitCode::Cancellation,
+        Outcome::Blocked => ExitCode::Blocked,
+    }
+}
+
+/// A runner error as a command error.
+pub fn run_error(error: &RunError) -> CliError {
+    let code = match error {
+        RunError::NeedsRecovery { .. } | RunError::StillAlive { .. } => ExitCode::NeedsRecovery,
+        RunError::Legacy(_) | RunError::WorkspaceMismatch { .. } => ExitCode::Invalid,
+        RunError::Store(e) => return store_error(e),
+        _ => ExitCode::Operational,
+    };
+    CliError::with_code(code, error_chain(error))
+}
+
+/// Prints the end of a run and maps it to the exit code.
+pub fn finish(sink: &mut Progress, result: Result<RunReport, RunError>) -> CliResult {
+    match result {
+        Ok(report) => {
+            sink.completed(&report);
+            Ok(report.outcome.map_or(ExitCode::NeedsRecovery, outcome_code))
+        }
+        Err(error) => {
+            sink.clear_live();
+            if let RunError::NeedsRecovery { run_id, attempts } = &error {
+                sink.needs_recovery(run_id, attempts);
+            }
+            Err(run_error(&error))
+        }
+    }
+}
+
+/// Progress output for `run` and `resume`.
+pub struct Progress {
+    format: ProgressOutput,
+    live: bool,
+    sequence: u64,
+    run_id: String,
+    run_dir: Option<PathBuf>,
+    mode: String,
+    total: usize,
+    done: usize,
+    started: Instant,
+    last_draw: Option<Instant>,
+}
+
+impl std::fmt::Debug for Progress {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Progress")
+            .field("run_id", &self.run_id)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Progress {
+    /// A sink for `format`; text is live only when stdout is a terminal.
+    pub fn new(format: ProgressOutput, mode: String, total: usize) -> Self {
+        Progress {
+            format,
+            live: format == ProgressOutput::Text && std::io::stdout().is_terminal(),
+            sequence: 0,
+            run_id: String::new(),
+            run_dir: None,
+            mode,
+            total,
+            done: 0,
+            started: Instant::now(),
+            last_draw: None,
+        }
+    }
+
+    fn jsonl(&mut self, event: &str, mut fields: serde_json::Value) {
+        self.sequence += 1;
+        if let Some(obj) = fields.as_object_mut() {
+            obj.insert("version".into(), json!(1));
+            obj.insert("sequence".into(), json!(self.sequence));
+            obj.insert("run_id".into(), json!(self.run_id));
+            obj.insert("event".into(), json!(event));
+        }
+        let mut out = std::io::stdout().lock();
+        let _ = writeln!(out, "{fields}");
+    }
+
+    fn line(&mut self, text: &str) {
+        self.clear_live();
+        let mut out = std::io::stdout().lock();
+        let _ = writeln!(out, "{text}");
+    }
+
+    /// Erases the live line (terminal only).
+    pub fn clear_live(&mut self) {
+        if self.live && self.last_draw.is_some() {
+            let mut out = std::io::stdout().lock();
+            let _ = write!(out, "\r\x1b[2K");
+            let _ = out.flush();
+            self.last_draw = None;
+        }
+    }
+
+    fn draw(&mut self, state: &State, force: bool) {
+        if !self.live {
+            return;
+        }
+        let now = Instant::now();
+        if !force
+            && self
+                .last_draw
+                .is_some_and(|t| now.duration_since(t).as_millis() < 100)
+        {
+            return;
+        }
+        let running: Vec<&str> = state
+            .root()
+            .tasks
+            .iter()
+            .filter(|(_, t)| t.state == NodeState::Running)
+            .map(|(id, _)| id.as_str())
+            .take(4)
+            .collect();
+        let mut out = std::io::stdout().lock();
+        let _ = write!(
+            out,
+            "\r\x1b[2K[{}/{}] {:.1}s running: {}",
+            self.done,
+            self.total,
+            self.started.elapsed().as_secs_f64(),
+            if running.is_empty() {
+                "-".to_owned()
+            } else {
+                running.join(", ")
+            }
+        );
+        let _ = out.flush();
+        self.last_draw = Some(now);
+    }
+
+    fn needs_recovery(&mut self, run_id: &str, attempts: &[String]) {
+        match self.format {
+            ProgressOutput::Jsonl => self.jsonl("needs_recovery", json!({ "attempts": attempts })),
+            ProgressOutput::Text => {
+                self.line(&format!(
+                    "run {run_id} needs recovery: {}",
+                    attempts.join("; ")
+                ));
+            }
+        }
+    }
+
+    fn completed(&mut self, report: &RunReport) {
+        let state = &report.state;
+        let outcome = report.outcome.map(Outcome::as_str);
+        let exports = state
+            .root()
+            .result
+            .as_ref()
+            .map(|r| serde_json::to_value(&r.exports).unwrap_or_default());
+        match self.format {
+            ProgressOutput::Jsonl => self.jsonl(
+                "completed",
+                json!({
+                    "lifecycle": state.lifecycle,
+                    "outcome": outcome,
+                    "exports": exports,
+                    "permission_mode": self.mode,
+                    "run_dir": self.run_dir,
+                }),
+            ),
+            ProgressOutput::Text => {
+                self.clear_live();
+                let mut text = String::new();
+                for (id, task) in &state.root().tasks {
+                    let Some(a) = task.attempts.last() else {
+                        continue;
+                    };
+                    for art in [&a.stdout, &a.stderr, &a.output].into_iter().flatten() {
+                        if art.retained_bytes == 0 && art.path.ends_with("stderr") {
+                            continue;
+                        }
+                        let path = self
+                            .run_dir
+                            .as_ref()
+                            .map_or_else(|| PathBuf::from(&art.path), |d| d.join(&art.path));
+                        text.push_str(&format!(
+                            "  {id}: {} · {} bytes · digest {}{}\n",
+                            path.display(),
+                            art.retained_bytes,
+                            art.sha256,
+                            if art.truncated {
+                                format!(" · truncated: observed {} bytes", art.observed_bytes)
+                            } else {
+                                String::new()
+                            }
+                        ));
+                    }
+                }
+                if let Some(result) = &state.root().result {
+                    for (name, e) in &result.exports {
+                        match &e.note {
+                            None => text.push_str(&format!("export {name} = {}\n", e.value)),
+                            Some(note) => text
+                                .push_str(&format!("export {name} = null (unavailable: {note})\n")),
+                        }
+                    }
+                }
+                text.push_str(&format!(
+                    "run {} {} in {:.1}s: outcome {} (permission mode {})\n",
+                    self.run_id,
+                    state.lifecycle,
+                    self.started.elapsed().as_secs_f64(),
+                    outcome.unwrap_or("none"),
+                    self.mode
+                ));
+                if report.outcome == Some(Outcome::Cancellation) {
+                    text.push_str(&format!(
+                        "resume with: rho workflow resume {}\n",
+                        self.run_id
+                    ));
+                }
+                let mut out = std::io::stdout().lock();
+                let _ = out.write_all(text.as_bytes());
+            }
+        }
+    }
+}
+
+impl ProgressSink for Progress {
+    fn created(&mut self, run_id: &str) {
+        self.run_id = run_id.to_owned();
+        if let Ok(home) = crate::paths::RhoHome::from_env() {
+            self.run_dir = Some(home.workflows().join("runs").join(run_id));
+        }
+        if self.format == ProgressOutput::Text {
+            self.line(&format!("run_id: {run_id}\npermission mode: {}", self.mode));
+        }
+    }
+
+    fn event(&mut self, event: &Event, state: &State) {
+        let terminal_count = state
+            .root()
+            .tasks
+            .values()
+            .filter(|t| t.state.is_terminal())
+            .count();
+        self.done = terminal_count;
+        let text = self.format == ProgressOutput::Text;
+        match &event.kind {
+            EventKind::LifecycleChanged { lifecycle } => {
+                if text {
+                    if !self.live {
+                        self.line(&format!("lifecycle: {lifecycle}"));
+                    }
+                } else {
+                    let mode = self.mode.clone();
+                    self.jsonl(
+                        "state_changed",
+                        json!({ "lifecycle": lifecycle, "permission_mode": mode }),
+                    );
+                    if *lifecycle == Lifecycle::NeedsRecovery {
+                        self.jsonl("needs_recovery", json!({}));
+                    }
+                }
+            }
+            EventKind::LaunchIntended { node, attempt } => {
+                if text {
+                    if !self.live {
+                        self.line(&format!("started {node} (attempt {attempt})"));
+                    }
+                } else {
+                    self.jsonl("node_started", json!({ "node": node, "attempt": attempt }));
+                }
+            }
+            EventKind::Launched {
+                node,
+                attempt,
+                process,
+            } => {
+                if !text {
+                    self.jsonl(
+                        "node_progress",
+                        json!({ "node": node, "attempt": attempt, "pid": process.pid }),
+                    );
+                }
+            }
+            EventKind::AttemptFinished {
+                node,
+                attempt,
+                state: s,
+                reason,
+                exit,
+                ..
+            } => {
+                if text {
+                    if !self.live || *s != NodeState::Success {
+                        let why = reason
+                            .as_ref()
+                            .map(|r| format!(": {r}"))
+                            .unwrap_or_default();
+                        self.line(&format!("finished {node} (attempt {attempt}): {s}{why}"));
+                    }
+                } else {
+                    self.jsonl(
+                        "node_finished",
+                        json!({ "node": node, "attempt": attempt, "state": s, "reason": reason, "exit": exit }),
+                    );
+                }
+            }
+            EventKind::NodeDenied {
+                node,
+                attempt,
+                denial,
+            } => {
+                if text {
+                    self.line(&format!(
+                        "finished {node} (attempt {attempt}): denial by {}: {}",
+                        denial.decided_by, denial.reason
+                    ));
+                } else {
+                    self.jsonl(
+                        "node_finished",
+                        json!({ "node": node, "attempt": attempt, "state": "denial", "decided_by": denial.decided_by, "reason": denial.reason }),
+                    );
+                }
+            }
+            EventKind::NodeStateChanged {
+                node,
+                state: s,
+                reason,
+            } if s.is_terminal() => {
+                if text {
+                    let why = reason
+                        .as_ref()
+                        .map(|r| format!(": {r}"))
+                        .unwrap_or_default();
+                    self.line(&format!("finished {node}: {s}{why}"));
+                } else {
+                    self.jsonl(
+                        "node_finished",
+                        json!({ "node": node, "state": s, "reason": reason }),
+                    );
+                }
+            }
+            _ => {}
+        }
+        self.draw(state, false);
+    }
+}

@@ -1,0 +1,404 @@
+//! The owner loop: the single thread that holds `mutation.lock`, writes the journal, runs
+//! scheduling passes and starts workers.
+//!
+//! Invariant: every state change goes journal-first (`append` then `apply` to the in-memory
+//! state, so memory always equals a replay of the journal); the journal is synced once per
+//! pass and always before a worker starts, so a durable `launch_intended` precedes every
+//! process; `state.json` is written only for a durable prefix of the journal.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, channel};
+use std::time::Duration;
+
+use rho_ipc::data::Data;
+use rho_ipc::program::{Execution, FrozenProgram, ROOT_SCOPE_ID};
+
+use super::worker::{self, Finished, Shared, Work, WorkerMsg};
+use super::{ProgressSink, RunError, signals, template};
+use crate::workflow::exec::CancelToken;
+use crate::workflow::journal::Journal;
+use crate::workflow::scheduler;
+use crate::workflow::state::{
+    EventKind, ExportValue, Lifecycle, NodeState, Outcome, ScopeResult, State, apply,
+};
+use crate::workflow::store::runs::RunDir;
+
+/// How long the owner waits for a worker before it looks for cancellation again (the spec
+/// asks for pickup within 100 ms).
+const POLL: Duration = Duration::from_millis(50);
+
+/// Journal records between two snapshots.
+const SNAPSHOT_EVERY: u64 = 1024;
+
+/// What the loop ended with.
+pub(super) struct Ended {
+    pub outcome: Outcome,
+    pub cancelled_by: Option<String>,
+}
+
+pub(super) struct Owner<'p> {
+    pub run: Arc<RunDir>,
+    pub program: Arc<FrozenProgram>,
+    pub journal: Journal,
+    pub state: State,
+    pub shared: Arc<Shared>,
+    pub progress: &'p mut dyn ProgressSink,
+    pub watch_signals: bool,
+    tx: Sender<WorkerMsg>,
+    rx: Receiver<WorkerMsg>,
+    active: HashMap<String, CancelToken>,
+    snapshot_seq: u64,
+    cancelling: Option<String>,
+}
+
+struct Job {
+    index: usize,
+    attempt: u32,
+    work: Work,
+}
+
+impl<'p> Owner<'p> {
+    pub(super) fn new(
+        run: Arc<RunDir>,
+        program: Arc<FrozenProgram>,
+        journal: Journal,
+        state: State,
+        shared: Arc<Shared>,
+        progress: &'p mut dyn ProgressSink,
+        watch_signals: bool,
+    ) -> Self {
+        let (tx, rx) = channel();
+        let snapshot_seq = state.last_event_sequence;
+        Owner {
+            run,
+            program,
+            journal,
+            state,
+            shared,
+            progress,
+            watch_signals,
+            tx,
+            rx,
+            active: HashMap::new(),
+            snapshot_seq,
+            cancelling: None,
+        }
+    }
+
+    /// Journals one event, folds it into the state and reports it.
+    pub(super) fn record(&mut self, kind: EventKind) -> Result<(), RunError> {
+        let event = self.journal.append(kind)?;
+        apply(&mut self.state, &event)?;
+        self.progress.event(&event, &self.state);
+        Ok(())
+    }
+
+    /// Makes the journal durable and writes the snapshot for it.
+    pub(super) fn checkpoint(&mut self) -> Result<(), RunError> {
+        self.journal.sync()?;
+        self.run.write_state(&self.state)?;
+        self.snapshot_seq = self.state.last_event_sequence;
+        Ok(())
+    }
+
+    /// Drives the run until the root scope closes.
+    pub(super) fn drive(&mut self) -> Result<Ended, RunError> {
+        loop {
+            while let Ok(msg) = self.rx.try_recv() {
+                self.handle(msg)?;
+            }
+            if self.cancelling.is_none() {
+                self.check_cancel()?;
+            }
+            let mut starts = Vec::new();
+            let mut progressed = false;
+            if self.cancelling.is_none() {
+                let pass = scheduler::pass(&self.program, self.state.root());
+                progressed |= !pass.decisions.is_empty();
+                for d in pass.decisions {
+                    self.record(EventKind::NodeStateChanged {
+                        node: d.node,
+                        state: d.state,
+                        reason: d.reason,
+                    })?;
+                }
+                for id in pass.launches {
+                    progressed = true;
+                    if let Some(job) = self.prepare(&id)? {
+                        starts.push(job);
+                    }
+                }
+            } else {
+                progressed |= self.cancel_unstarted()?;
+            }
+            // Durable before any process starts: one sync for the whole pass.
+            if self.journal.has_unsynced() {
+                self.journal.sync()?;
+            }
+            for job in starts {
+                self.start(job);
+            }
+            if self.journal.synced_sequence() >= self.snapshot_seq + SNAPSHOT_EVERY
+                && !self.journal.has_unsynced()
+            {
+                self.run.write_state(&self.state)?;
+                self.snapshot_seq = self.state.last_event_sequence;
+            }
+            if self.active.is_empty() {
+                if let Some(outcome) = scheduler::outcome(&self.program, self.state.root()) {
+                    self.close(outcome)?;
+                    return Ok(Ended {
+                        outcome,
+                        cancelled_by: self.cancelling.clone(),
+                    });
+                }
+                if !progressed {
+                    return Err(RunError::Stalled {
+                        run_id: self.run.id().to_owned(),
+                        pending: self
+                            .state
+                            .root()
+                            .tasks
+                            .iter()
+                            .filter(|(_, t)| !t.state.is_terminal())
+                            .map(|(id, _)| id.clone())
+                            .collect(),
+                    });
+                }
+                continue;
+            }
+            match self.rx.recv_timeout(POLL) {
+                Ok(msg) => self.handle(msg)?,
+                Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => {}
+            }
+        }
+    }
+
+    fn check_cancel(&mut self) -> Result<(), RunError> {
+        let request = if let Some(signal) = self.watch_signals.then(signals::received).flatten() {
+            Some(format!("signal-{}", signal_name(signal)))
+        } else if self.run.has_cancel_request() {
+            Some(match self.run.read_cancel_request()? {
+                Some(r) => r.request_id,
+                None => return Ok(()),
+            })
+        } else {
+            None
+        };
+        if let Some(request_id) = request {
+            self.begin_cancel(request_id)?;
+        }
+        Ok(())
+    }
+
+    /// Stops new launches, records the intent and stops every active attempt.
+    pub(super) fn begin_cancel(&mut self, request_id: String) -> Result<(), RunError> {
+        self.record(EventKind::CancelRequested {
+            request_id: request_id.clone(),
+        })?;
+        self.record(EventKind::LifecycleChanged {
+            lifecycle: Lifecycle::Cancelling,
+        })?;
+        self.journal.sync()?;
+        for token in self.active.values() {
+            token.cancel();
+        }
+        self.cancelling = Some(request_id);
+        Ok(())
+    }
+
+    /// Nodes that never started end in `cancellation` once the run is cancelling.
+    fn cancel_unstarted(&mut self) -> Result<bool, RunError> {
+        let unstarted: Vec<String> = self
+            .state
+            .root()
+            .tasks
+            .iter()
+            .filter(|(_, t)| matches!(t.state, NodeState::Pending | NodeState::Ready))
+            .map(|(id, _)| id.clone())
+            .collect();
+        let any = !unstarted.is_empty();
+        for node in unstarted {
+            self.record(EventKind::NodeStateChanged {
+                node,
+                state: NodeState::Cancellation,
+                reason: Some("the run was cancelled before the node started".to_owned()),
+            })?;
+        }
+        Ok(any)
+    }
+
+    fn prepare(&mut self, id: &str) -> Result<Option<Job>, RunError> {
+        let program = Arc::clone(&self.program);
+        let Ok(index) = program
+            .root
+            .nodes
+            .binary_search_by(|n| n.id.as_str().cmp(id))
+        else {
+            return Err(RunError::Internal(format!(
+                "the scheduler launched unknown node `{id}`"
+            )));
+        };
+        let node = &program.root.nodes[index];
+        let attempt = self
+            .state
+            .root()
+            .tasks
+            .get(id)
+            .map_or(0, |t| u32::try_from(t.attempts.len()).unwrap_or(u32::MAX))
+            .saturating_add(1);
+        let budgets = &program.budgets;
+        let rendered = match &node.execution {
+            Execution::Command { argv0, args, .. } => {
+                template::render_argv(argv0, args, self.state.root(), budgets)
+                    .map(|argv| Work::Command { argv })
+            }
+            Execution::Shell {
+                executable,
+                arguments,
+                command,
+                ..
+            } => {
+                let mut argv = Vec::with_capacity(arguments.len() + 2);
+                argv.push(executable.clone());
+                argv.extend(arguments.iter().cloned());
+                argv.push(command.clone());
+                let total: u64 = argv.iter().map(|a| a.len() as u64 + 1).sum();
+                budgets
+                    .check("expanded_argv_bytes", total)
+                    .map(|()| Work::Command { argv })
+                    .map_err(|o| format!("argv: {o}"))
+            }
+            Execution::Agent { prompt, .. } => {
+                template::render_prompt(prompt, self.state.root(), budgets)
+                    .map(|prompt| Work::Agent { prompt })
+            }
+        };
+        self.record(EventKind::LaunchIntended {
+            node: id.to_owned(),
+            attempt,
+        })?;
+        match rendered {
+            Ok(work) => Ok(Some(Job {
+                index,
+                attempt,
+                work,
+            })),
+            Err(reason) => {
+                self.finish(id, attempt, Finished::failed(reason))?;
+                Ok(None)
+            }
+        }
+    }
+
+    fn start(&mut self, job: Job) {
+        let token = CancelToken::new();
+        let node_id = self.program.root.nodes[job.index].id.clone();
+        self.active.insert(node_id, token.clone());
+        let shared = Arc::clone(&self.shared);
+        let program = Arc::clone(&self.program);
+        let tx = self.tx.clone();
+        std::thread::spawn(move || {
+            let node = &program.root.nodes[job.index];
+            worker::run(&shared, node, job.attempt, job.work, &token, &tx);
+        });
+    }
+
+    fn handle(&mut self, msg: WorkerMsg) -> Result<(), RunError> {
+        match msg {
+            WorkerMsg::Launched {
+                node,
+                attempt,
+                process,
+            } => self.record(EventKind::Launched {
+                node,
+                attempt,
+                process,
+            }),
+            WorkerMsg::Finished {
+                node,
+                attempt,
+                result,
+            } => {
+                self.active.remove(&node);
+                self.finish(&node, attempt, *result)
+            }
+        }
+    }
+
+    fn finish(&mut self, node: &str, attempt: u32, result: Finished) -> Result<(), RunError> {
+        if let Some(denial) = result.denial {
+            return self.record(EventKind::NodeDenied {
+                node: node.to_owned(),
+                attempt,
+                denial,
+            });
+        }
+        self.record(EventKind::AttemptFinished {
+            node: node.to_owned(),
+            attempt,
+            state: result.state.unwrap_or(NodeState::Failure),
+            reason: result.reason,
+            exit: result.exit,
+            stdout: result.stdout,
+            stderr: result.stderr,
+            output: result.output,
+            output_artifact: result.output_artifact,
+        })
+    }
+
+    /// Closes the root scope (outcome and resolved exports), completes the run, and for a
+    /// cancellation acknowledges the request last.
+    fn close(&mut self, outcome: Outcome) -> Result<(), RunError> {
+        let mut exports = std::collections::BTreeMap::new();
+        for (name, export) in &self.program.root.exports {
+            let value = match scheduler::resolve(self.state.root(), &export.reference) {
+                Ok(value) => ExportValue {
+                    value,
+                    available: true,
+                    note: None,
+                },
+                Err(why) => ExportValue {
+                    value: Data::Null,
+                    available: false,
+                    note: Some(why),
+                },
+            };
+            exports.insert(name.clone(), value);
+        }
+        self.record(EventKind::ScopeClosed {
+            scope: ROOT_SCOPE_ID.to_owned(),
+            result: ScopeResult { outcome, exports },
+        })?;
+        self.record(EventKind::LifecycleChanged {
+            lifecycle: Lifecycle::Completed,
+        })?;
+        match self.cancelling.clone() {
+            Some(request_id) => {
+                self.checkpoint()?;
+                self.record(EventKind::CancelAcknowledged { request_id })?;
+                self.record(EventKind::OwnerClosed {
+                    reason: "cancelled".to_owned(),
+                })?;
+                self.checkpoint()?;
+                self.run.remove_cancel_request()?;
+            }
+            None => {
+                self.record(EventKind::OwnerClosed {
+                    reason: "completed".to_owned(),
+                })?;
+                self.checkpoint()?;
+            }
+        }
+        Ok(())
+    }
+}
+
+fn signal_name(signal: i32) -> &'static str {
+    match signal {
+        libc::SIGINT => "SIGINT",
+        libc::SIGTERM => "SIGTERM",
+        _ => "signal",
+    }
+}

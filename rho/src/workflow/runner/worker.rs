@@ -1,0 +1,417 @@
+//! One attempt of one node, on its own thread: authorization, checkout access,
+//! verification, spawn, supervision and output validation for commands; the agent executor
+//! for agents. The worker reports to the owner over a channel and never writes the journal.
+//!
+//! Invariant: a worker starts only after the owner made its `launch_intended` durable, and
+//! it reports `Launched` before waiting so the process identity reaches the journal while
+//! the process may still run.
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::mpsc::Sender;
+use std::time::{Duration, Instant};
+
+use rho_ipc::data::Data;
+use rho_ipc::digest::sha256_tagged;
+use rho_ipc::program::{Execution, FrozenProgram, Node, Schema};
+use rho_policy::{CommandRequest, ExecutableIdentity};
+
+use super::agent::{AgentExecutor, AgentRequest};
+use super::authorize::{CommandAuthorizer, Verdict};
+use super::output::parse_stdout_json;
+use crate::workflow::checkout::{CheckoutError, CheckoutLock};
+use crate::workflow::exec::{self, CancelToken, CommandExit, CommandSpec, StreamArtifact};
+use crate::workflow::identity::{display_location, workspace_path};
+use crate::workflow::state::{Artifact, DenialRecord, ExitRecord, NodeState, ProcessIdentity};
+use crate::workflow::store::runs::RunDir;
+
+/// What every worker of one run shares.
+pub(super) struct Shared {
+    pub run: Arc<RunDir>,
+    pub program: Arc<FrozenProgram>,
+    pub program_digest: String,
+    pub workspace: PathBuf,
+    pub env: Arc<Vec<(OsString, OsString)>>,
+    pub authorizer: Arc<dyn CommandAuthorizer>,
+    pub agents: Arc<dyn AgentExecutor>,
+    pub checkout: Option<Arc<CheckoutLock>>,
+}
+
+/// What to run, already rendered by the owner.
+pub(super) enum Work {
+    /// A command or shell node with its full argv.
+    Command { argv: Vec<String> },
+    /// An agent node with its rendered prompt.
+    Agent { prompt: String },
+}
+
+/// A message from a worker to the owner.
+pub(super) enum WorkerMsg {
+    /// The attempt's process started.
+    Launched {
+        node: String,
+        attempt: u32,
+        process: ProcessIdentity,
+    },
+    /// The attempt ended.
+    Finished {
+        node: String,
+        attempt: u32,
+        result: Box<Finished>,
+    },
+}
+
+/// How an attempt ended.
+#[derive(Debug, Clone, Default)]
+pub(super) struct Finished {
+    pub state: Option<NodeState>,
+    pub reason: Option<String>,
+    pub exit: Option<ExitRecord>,
+    pub stdout: Option<Artifact>,
+    pub stderr: Option<Artifact>,
+    pub output: Option<Data>,
+    pub output_artifact: Option<Artifact>,
+    pub denial: Option<DenialRecord>,
+}
+
+impl Finished {
+    pub(super) fn failed(reason: impl Into<String>) -> Self {
+        Finished {
+            state: Some(NodeState::Failure),
+            reason: Some(reason.into()),
+            ..Self::default()
+        }
+    }
+
+    fn cancelled(reason: impl Into<String>) -> Self {
+        Finished {
+            state: Some(NodeState::Cancellation),
+            reason: Some(reason.into()),
+            ..Self::default()
+        }
+    }
+}
+
+/// Runs one attempt to its end and reports it.
+pub(super) fn run(
+    shared: &Shared,
+    node: &Node,
+    attempt: u32,
+    work: Work,
+    cancel: &CancelToken,
+    tx: &Sender<WorkerMsg>,
+) {
+    let result = match work {
+        Work::Command { argv } => run_command(shared, node, attempt, argv, cancel, tx),
+        Work::Agent { prompt } => run_agent(shared, node, attempt, prompt, cancel),
+    };
+    let _ = write_status(shared, node, attempt, &result);
+    let _ = tx.send(WorkerMsg::Finished {
+        node: node.id.clone(),
+        attempt,
+        result: Box::new(result),
+    });
+}
+
+fn run_command(
+    shared: &Shared,
+    node: &Node,
+    attempt: u32,
+    argv: Vec<String>,
+    cancel: &CancelToken,
+    tx: &Sender<WorkerMsg>,
+) -> Finished {
+    let (program, cwd) = match &node.execution {
+        Execution::Command { program, cwd, .. } | Execution::Shell { program, cwd, .. } => {
+            (program, cwd)
+        }
+        Execution::Agent { .. } => {
+            return Finished::failed("internal: an agent node reached the command path");
+        }
+    };
+    let timeout = Duration::from_secs(node.timeout_seconds);
+    let request = CommandRequest {
+        run_id: shared.run.id().to_owned(),
+        plan_digest: shared.program_digest.clone(),
+        node_id: node.id.clone(),
+        attempt,
+        executable: ExecutableIdentity {
+            path: PathBuf::from(display_location(
+                &program.file.location,
+                Some(&shared.workspace),
+            )),
+            sha256: program.file.sha256.trim_start_matches("sha256:").to_owned(),
+        },
+        argv: argv.clone(),
+        cwd: workspace_path(&shared.workspace, &cwd.path),
+        environment_policy: shared.program.environment.name.clone(),
+        timeout_ms: u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX),
+        output_limit_bytes: node.max_output_bytes,
+    };
+    if let Verdict::Deny(denial) = shared.authorizer.authorize(&request) {
+        return Finished {
+            state: Some(NodeState::Denial),
+            reason: Some(denial.reason.clone()),
+            denial: Some(denial),
+            ..Finished::default()
+        };
+    }
+
+    // Checkout access: waiting honours the node's timeout and cancellation.
+    let _guard = match &shared.checkout {
+        Some(lock) => match lock.acquire(node.access, Some(Instant::now() + timeout), cancel) {
+            Ok(guard) => Some(guard),
+            Err(CheckoutError::Cancelled { .. }) => {
+                return Finished::cancelled("cancelled while waiting for checkout access");
+            }
+            Err(CheckoutError::Timeout { .. }) => {
+                return Finished {
+                    state: Some(NodeState::Failure),
+                    reason: Some(format!(
+                        "timed out after {}s waiting for checkout access",
+                        node.timeout_seconds
+                    )),
+                    exit: Some(ExitRecord::Timeout {
+                        seconds: node.timeout_seconds,
+                    }),
+                    ..Finished::default()
+                };
+            }
+            Err(e) => return Finished::failed(format!("checkout access: {e}")),
+        },
+        None => None,
+    };
+    if cancel.is_cancelled() {
+        return Finished::cancelled("cancelled before the process started");
+    }
+
+    let launch = match exec::verify(&shared.workspace, program, cwd) {
+        Ok(launch) => launch,
+        Err(e) => return Finished::failed(format!("verification failed: {e}")),
+    };
+    let dir = match shared.run.attempt_dir(&node.id, attempt) {
+        Ok(dir) => dir,
+        Err(e) => return Finished::failed(format!("cannot create the attempt directory: {e}")),
+    };
+    let mut spec = CommandSpec::new(
+        argv.into_iter().map(OsString::from).collect(),
+        shared.env.as_ref().clone(),
+        timeout,
+        node.max_output_bytes,
+        dir.entry_path("stdout"),
+        dir.entry_path("stderr"),
+    );
+    spec.cancel = cancel.clone();
+    let running = match exec::spawn(launch, spec) {
+        Ok(running) => running,
+        Err(e) => return Finished::failed(format!("launch failed: {e}")),
+    };
+    let p = running.process();
+    let _ = tx.send(WorkerMsg::Launched {
+        node: node.id.clone(),
+        attempt,
+        process: ProcessIdentity {
+            pid: p.pid,
+            pgid: p.pgid,
+            start_time: p.start_time_ticks,
+        },
+    });
+    let outcome = running.wait();
+    let stdout = artifact(&node.id, attempt, "stdout", &outcome.stdout);
+    let stderr = artifact(&node.id, attempt, "stderr", &outcome.stderr);
+    let (state, reason, exit) = match outcome.exit {
+        CommandExit::Code(0) => (NodeState::Success, None, ExitRecord::Code { code: 0 }),
+        CommandExit::Code(code) => (
+            NodeState::Failure,
+            Some(format!("exited with code {code}")),
+            ExitRecord::Code { code },
+        ),
+        CommandExit::Signal(signal) => (
+            NodeState::Failure,
+            Some(format!("killed by signal {signal}")),
+            ExitRecord::Signal { signal },
+        ),
+        CommandExit::Timeout => (
+            NodeState::Failure,
+            Some(format!(
+                "timed out after {}s; the process group was stopped",
+                node.timeout_seconds
+            )),
+            ExitRecord::Timeout {
+                seconds: node.timeout_seconds,
+            },
+        ),
+        CommandExit::Cancelled => (
+            NodeState::Cancellation,
+            Some("cancelled; the process group was stopped".to_owned()),
+            ExitRecord::Cancelled,
+        ),
+        CommandExit::Abnormal(why) => (
+            NodeState::Failure,
+            Some(format!("abnormal end: {why}")),
+            ExitRecord::Abnormal { reason: why },
+        ),
+    };
+    let mut finished = Finished {
+        state: Some(state),
+        reason,
+        exit: Some(exit),
+        stdout: Some(stdout),
+        stderr: Some(stderr),
+        ..Finished::default()
+    };
+    if state == NodeState::Success
+        && let Some(schema) = &node.output
+    {
+        match validate_stdout(shared, node, attempt, &outcome.stdout, schema) {
+            Ok((value, art)) => {
+                finished.output = Some(value);
+                finished.output_artifact = Some(art);
+            }
+            Err(reason) => {
+                finished.state = Some(NodeState::Failure);
+                finished.reason = Some(reason);
+            }
+        }
+    }
+    finished
+}
+
+fn validate_stdout(
+    shared: &Shared,
+    node: &Node,
+    attempt: u32,
+    stdout: &StreamArtifact,
+    schema: &Schema,
+) -> Result<(Data, Artifact), String> {
+    let Schema::StdoutJson { schema } = schema else {
+        return Err("output schema of a command node must be stdout_json".to_owned());
+    };
+    if !stdout.is_complete() {
+        return Err(format!(
+            "stdout_json: stdout is truncated (retained {} of {} bytes observed); the whole \
+             output must be one JSON value",
+            stdout.retained_bytes, stdout.observed_bytes
+        ));
+    }
+    let bytes =
+        std::fs::read(&stdout.path).map_err(|e| format!("stdout_json: cannot read stdout: {e}"))?;
+    let value = parse_stdout_json(&bytes, schema)?;
+    let art = write_output(shared, node, attempt, &value)?;
+    Ok((value, art))
+}
+
+fn write_output(
+    shared: &Shared,
+    node: &Node,
+    attempt: u32,
+    value: &Data,
+) -> Result<Artifact, String> {
+    let dir = shared
+        .run
+        .attempt_dir(&node.id, attempt)
+        .map_err(|e| format!("cannot create the attempt directory: {e}"))?;
+    let mut bytes =
+        serde_json::to_vec(&value.to_json()).map_err(|e| format!("cannot encode output: {e}"))?;
+    bytes.push(b'\n');
+    dir.create_file("output.json", &bytes)
+        .map_err(|e| format!("cannot store output: {e}"))?;
+    Ok(Artifact {
+        path: RunDir::attempt_relative(&node.id, attempt, "output.json"),
+        retained_bytes: bytes.len() as u64,
+        observed_bytes: bytes.len() as u64,
+        truncated: false,
+        sha256: sha256_tagged(&bytes),
+    })
+}
+
+fn artifact(node: &str, attempt: u32, name: &str, stream: &StreamArtifact) -> Artifact {
+    Artifact {
+        path: RunDir::attempt_relative(node, attempt, name),
+        retained_bytes: stream.retained_bytes,
+        observed_bytes: stream.observed_bytes,
+        truncated: stream.truncated,
+        sha256: stream.sha256.clone(),
+    }
+}
+
+fn run_agent(
+    shared: &Shared,
+    node: &Node,
+    attempt: u32,
+    prompt: String,
+    cancel: &CancelToken,
+) -> Finished {
+    let Execution::Agent { agent, .. } = &node.execution else {
+        return Finished::failed("internal: a command node reached the agent path");
+    };
+    let dir = match shared.run.attempt_dir(&node.id, attempt) {
+        Ok(dir) => dir,
+        Err(e) => return Finished::failed(format!("cannot create the attempt directory: {e}")),
+    };
+    let result = shared.agents.run(AgentRequest {
+        run_id: shared.run.id().to_owned(),
+        node: node.id.clone(),
+        attempt,
+        agent: agent.clone(),
+        setup: shared.program.agents.get(agent).cloned(),
+        prompt,
+        output: node.output.clone(),
+        attempt_dir: dir.path().to_owned(),
+        cancel: cancel.clone(),
+    });
+    let mut finished = Finished {
+        state: Some(result.state),
+        reason: result.reason,
+        ..Finished::default()
+    };
+    if result.state == NodeState::Success {
+        match (&node.output, result.output) {
+            (Some(schema), Some(value)) => match super::output::validate(schema, &value) {
+                Ok(()) => match write_output(shared, node, attempt, &value) {
+                    Ok(art) => {
+                        finished.output = Some(value);
+                        finished.output_artifact = Some(art);
+                    }
+                    Err(reason) => finished = Finished::failed(reason),
+                },
+                Err(e) => {
+                    finished = Finished::failed(format!("output does not match its schema: {e}"))
+                }
+            },
+            (Some(_), None) => finished = Finished::failed("the agent returned no output value"),
+            (None, _) => {}
+        }
+    }
+    finished
+}
+
+/// `status.json` of the attempt: a convenience copy of what the journal records (not
+/// synced; the journal is the source of truth).
+fn write_status(
+    shared: &Shared,
+    node: &Node,
+    attempt: u32,
+    result: &Finished,
+) -> Result<(), String> {
+    let dir = shared
+        .run
+        .attempt_dir(&node.id, attempt)
+        .map_err(|e| e.to_string())?;
+    let doc = serde_json::json!({
+        "node": node.id,
+        "attempt": attempt,
+        "state": result.state,
+        "reason": result.reason,
+        "exit": result.exit,
+        "stdout": result.stdout,
+        "stderr": result.stderr,
+        "output": result.output_artifact,
+        "denial": result.denial,
+    });
+    let bytes = serde_json::to_vec_pretty(&doc).map_err(|e| e.to_string())?;
+    dir.create_file("status.json", &bytes)
+        .map(drop)
+        .map_err(|e| e.to_string())
+}
