@@ -2,7 +2,10 @@
 //! function. This module only parses, dispatches and maps results to exit codes.
 
 pub mod agents;
+pub mod doctor;
 pub mod exit;
+pub mod trust;
+pub mod workflow;
 
 use std::io::Write as _;
 
@@ -22,6 +25,12 @@ pub struct Cli {
 enum Command {
     /// Inspect and validate agent definitions.
     Agents(agents::AgentsArgs),
+    /// Validate, plan and inspect workflows.
+    Workflow(workflow::WorkflowArgs),
+    /// Check the planner sandbox on this machine.
+    Doctor(doctor::DoctorArgs),
+    /// Manage trusted workspaces (project agents and hooks).
+    Trust(trust::TrustArgs),
 }
 
 /// Parses the process arguments, runs the command and returns the exit status.
@@ -30,7 +39,11 @@ pub fn main() -> std::process::ExitCode {
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(err) => {
-            let code = if err.use_stderr() { ExitCode::Invalid } else { ExitCode::Success };
+            let code = if err.use_stderr() {
+                ExitCode::Invalid
+            } else {
+                ExitCode::Success
+            };
             // clap renders help, version and usage errors itself.
             let _ = err.print();
             return std::process::ExitCode::from(code.code());
@@ -38,6 +51,9 @@ pub fn main() -> std::process::ExitCode {
     };
     let result = match cli.command {
         Command::Agents(args) => agents::run_agents(args),
+        Command::Workflow(args) => workflow::run_workflow(args),
+        Command::Doctor(args) => doctor::run_doctor(&args),
+        Command::Trust(args) => trust::run_trust(args),
     };
     finish(result)
 }

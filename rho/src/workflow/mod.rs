@@ -4,3 +4,10 @@
 //!
 //! Dependencies inside this module point one way: `plan` and the runner use `store` and
 //! `identity`; `scheduler` is pure and knows nothing of processes or files.
+
+pub mod identity;
+pub mod journal;
+pub mod plan;
+pub mod scheduler;
+pub mod state;
+pub mod store;

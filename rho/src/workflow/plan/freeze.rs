@@ -244,7 +244,7 @@ fn freeze_node(
             let program = resolver
                 .executable(argv0)
                 .map_err(|e| {
-                    diagnostics.push(node_diag(node, "executable", format!("executable: {e}")))
+                    diagnostics.push(node_diag(node, "executable", format!("executable: {e}")));
                 })
                 .ok();
             let cwd = resolver
@@ -282,7 +282,7 @@ fn freeze_node(
                         node,
                         "executable",
                         format!("shell executable: {e}"),
-                    ))
+                    ));
                 })
                 .ok();
             let cwd = resolver
