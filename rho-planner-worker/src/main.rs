@@ -3,12 +3,11 @@
 //! Invariant: nothing is read from stdin before [`sandbox::harden`] has run and its report
 //! has been sent; a refused worker exits without reading at all.
 
-use std::io::Write;
 use std::process::ExitCode;
 
-use rho_ipc::frame::{read_message, write_message};
-use rho_ipc::message::{Envelope, HostMessage, PROTOCOL_VERSION, WorkerMessage};
-use rho_planner_worker::sandbox::{self, probe};
+use rho_ipc::frame::write_message;
+use rho_ipc::message::{Envelope, WorkerMessage};
+use rho_planner_worker::{sandbox, session};
 
 /// Exit status: the command line is invalid (nothing was hardened or sent).
 const EXIT_USAGE: u8 = 2;
@@ -30,8 +29,10 @@ fn main() -> ExitCode {
     let report = sandbox::harden(args.mode, &args.options);
     let refused = report.refused.clone();
     let mut stdout = std::io::stdout().lock();
-    if let Err(error) = write_message(&mut stdout, &Envelope::new(WorkerMessage::Hardening(report)))
-    {
+    if let Err(error) = write_message(
+        &mut stdout,
+        &Envelope::new(WorkerMessage::Hardening(report)),
+    ) {
         eprintln!("rho-planner-worker: cannot send the hardening report: {error}");
         return ExitCode::from(EXIT_REPORT_FAILED);
     }
@@ -39,33 +40,23 @@ fn main() -> ExitCode {
         eprintln!("rho-planner-worker: refusing to evaluate: {reason}");
         return ExitCode::from(EXIT_REFUSED);
     }
-    let mut stdin = std::io::stdin().lock();
-    let request: Envelope<HostMessage> = match read_message(&mut stdin) {
-        Ok(request) => request,
+    match session::serve(std::io::stdin().lock(), stdout) {
+        Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
-            eprintln!("rho-planner-worker: {error}");
-            return ExitCode::from(EXIT_SESSION_FAILED);
+            eprintln!("rho-planner-worker: {}", error_chain(&error));
+            ExitCode::from(EXIT_SESSION_FAILED)
         }
-    };
-    if request.protocol_version != PROTOCOL_VERSION {
-        eprintln!("rho-planner-worker: protocol version {} unsupported", request.protocol_version);
-        return ExitCode::from(EXIT_SESSION_FAILED);
     }
-    let HostMessage::Probe(p) = request.message else {
-        eprintln!("rho-planner-worker: only probes are served by this build");
-        return ExitCode::from(EXIT_SESSION_FAILED);
-    };
-    let handle = std::thread::Builder::new()
-        .name("probe".to_owned())
-        .stack_size(512 << 20)
-        .spawn(move || probe::run(&p));
-    let result = match handle.map(std::thread::JoinHandle::join) {
-        Ok(Ok(result)) => result,
-        _ => return ExitCode::from(EXIT_SESSION_FAILED),
-    };
-    if write_message(&mut stdout, &Envelope::new(WorkerMessage::ProbeResult(result))).is_err() {
-        return ExitCode::from(EXIT_SESSION_FAILED);
+}
+
+/// An error and its sources on one line, for stderr (which the host keeps for diagnostics).
+fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
     }
-    let _ = stdout.flush();
-    ExitCode::SUCCESS
+    text
 }

@@ -4,6 +4,7 @@
 //!
 //! Tests skip, with a printed reason, only when the kernel lacks Landlock.
 #![allow(unsafe_code)]
+#![allow(clippy::expect_used, clippy::unwrap_used)]
 
 use std::collections::BTreeSet;
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -11,8 +12,8 @@ use std::process::{Child, ChildStdin, ChildStdout, Command, ExitStatus, Stdio};
 
 use rho_ipc::frame::{read_message, write_message};
 use rho_ipc::message::{
-    Envelope, HardeningReport, HostMessage, PROTOCOL_VERSION, ProbeResult, ProtectionStatus,
-    SandboxMode, SandboxProbe, WorkerMessage,
+    Envelope, HardeningReport, HostMessage, ModuleResponse, PROTOCOL_VERSION, PlanRequest,
+    PlanResponse, ProbeResult, ProtectionStatus, SandboxMode, SandboxProbe, WorkerMessage,
 };
 use rho_planner_worker::sandbox::{PROTECTIONS, landlock};
 
@@ -44,9 +45,17 @@ impl Worker {
             read_message(&mut stdout).expect("the first frame is readable");
         assert_eq!(envelope.protocol_version, PROTOCOL_VERSION);
         let WorkerMessage::Hardening(report) = envelope.message else {
-            panic!("first message is not the hardening report: {:?}", envelope.message);
+            panic!(
+                "first message is not the hardening report: {:?}",
+                envelope.message
+            );
         };
-        Self { child, stdin, stdout, report }
+        Self {
+            child,
+            stdin,
+            stdout,
+            report,
+        }
     }
 
     fn protection(&self, name: &str) -> &ProtectionStatus {
@@ -59,14 +68,15 @@ impl Worker {
 
     fn probe(mut self, probe: SandboxProbe) -> (ProbeResult, ExitStatus) {
         let mut stdin = self.stdin.take().expect("stdin is piped");
-        write_message(&mut stdin, &Envelope::new(HostMessage::Probe(probe.clone())))
+        let expected = probe.clone();
+        write_message(&mut stdin, &Envelope::new(HostMessage::Probe(probe)))
             .expect("send the probe");
         let envelope: Envelope<WorkerMessage> =
             read_message(&mut self.stdout).expect("the probe answer is readable");
         let WorkerMessage::ProbeResult(result) = envelope.message else {
             panic!("expected a probe result, got {:?}", envelope.message);
         };
-        assert_eq!(result.probe, probe);
+        assert_eq!(result.probe, expected);
         drop(stdin);
         let status = self.child.wait().expect("wait for the worker");
         (result, status)
@@ -111,9 +121,17 @@ fn hardened_worker(test: &str) -> Option<Worker> {
 }
 
 fn assert_denied(result: &ProbeResult, allowed: &[i32]) {
-    assert!(!result.succeeded, "{:?} succeeded inside the sandbox", result.probe);
+    assert!(
+        !result.succeeded,
+        "{:?} succeeded inside the sandbox",
+        result.probe
+    );
     let errno = result.errno.expect("a failed probe reports its errno");
-    assert!(allowed.contains(&errno), "{:?} failed with errno {errno}", result.probe);
+    assert!(
+        allowed.contains(&errno),
+        "{:?} failed with errno {errno}",
+        result.probe
+    );
 }
 
 #[test]
@@ -127,8 +145,19 @@ fn required_worker_reports_every_protection_applied() {
     let names: Vec<&str> = report.protections.iter().map(|p| p.name.as_str()).collect();
     assert_eq!(names, PROTECTIONS);
     assert!(report.missing().is_empty(), "{report:?}");
-    assert!(worker.protection("landlock").detail.contains("fully enforced"), "{report:?}");
-    assert!(worker.protection("seccomp").detail.contains("clone3 answers ENOSYS"));
+    assert!(
+        worker
+            .protection("landlock")
+            .detail
+            .contains("fully enforced"),
+        "{report:?}"
+    );
+    assert!(
+        worker
+            .protection("seccomp")
+            .detail
+            .contains("clone3 answers ENOSYS")
+    );
     let (result, status) = worker.probe(SandboxProbe::Inspect);
     assert!(status.success(), "{status}");
     assert_eq!(result.environment_len, Some(0));
@@ -136,19 +165,19 @@ fn required_worker_reports_every_protection_applied() {
 
 #[test]
 fn proc_status_shows_no_new_privs_seccomp_and_no_capabilities() {
-    let Some(worker) = hardened_worker("proc_status_shows_no_new_privs_seccomp_and_no_capabilities")
+    let Some(worker) =
+        hardened_worker("proc_status_shows_no_new_privs_seccomp_and_no_capabilities")
     else {
         return;
     };
-    // The worker is now blocked reading its request: its hardening is complete.
+    // The report is sent only after the last protection: the worker is fully hardened now.
     let status = std::fs::read_to_string(format!("/proc/{}/status", worker.child.id()))
         .expect("read the worker's /proc status");
     let field = |name: &str| {
         status
             .lines()
             .find_map(|line| line.strip_prefix(&format!("{name}:")))
-            .map(str::trim)
-            .unwrap_or_else(|| panic!("no {name} in {status}"))
+            .map_or_else(|| panic!("no {name} in {status}"), str::trim)
             .to_owned()
     };
     assert_eq!(field("NoNewPrivs"), "1");
@@ -188,10 +217,19 @@ fn only_stdio_descriptors_survive_an_inherited_leak() {
         .split(", ")
         .filter_map(|n| n.parse().ok())
         .collect();
-    assert!(closed.contains(&leaked_number), "fd {leaked_number} not in {close_fds:?}");
+    assert!(
+        closed.contains(&leaked_number),
+        "fd {leaked_number} not in {close_fds:?}"
+    );
     let entries: BTreeSet<String> = std::fs::read_dir(format!("/proc/{}/fd", worker.child.id()))
         .expect("list the worker's descriptors")
-        .map(|entry| entry.expect("fd entry").file_name().to_string_lossy().into_owned())
+        .map(|entry| {
+            entry
+                .expect("fd entry")
+                .file_name()
+                .to_string_lossy()
+                .into_owned()
+        })
         .collect();
     let expected: BTreeSet<String> = ["0", "1", "2"].into_iter().map(str::to_owned).collect();
     assert_eq!(entries, expected);
@@ -204,8 +242,12 @@ fn only_stdio_descriptors_survive_an_inherited_leak() {
 #[test]
 fn open_of_any_file_fails() {
     for path in ["/etc/passwd", WORKER, "/proc/self/status", "/"] {
-        let Some(worker) = hardened_worker("open_of_any_file_fails") else { return };
-        let (result, exit) = worker.probe(SandboxProbe::Open { path: path.to_owned() });
+        let Some(worker) = hardened_worker("open_of_any_file_fails") else {
+            return;
+        };
+        let (result, exit) = worker.probe(SandboxProbe::Open {
+            path: path.to_owned(),
+        });
         assert_denied(&result, &[libc::EACCES, libc::EPERM]);
         assert!(exit.success());
     }
@@ -213,7 +255,9 @@ fn open_of_any_file_fails() {
 
 #[test]
 fn socket_fails_with_eperm() {
-    let Some(worker) = hardened_worker("socket_fails_with_eperm") else { return };
+    let Some(worker) = hardened_worker("socket_fails_with_eperm") else {
+        return;
+    };
     let (result, exit) = worker.probe(SandboxProbe::Socket);
     assert_denied(&result, &[libc::EPERM]);
     assert!(exit.success());
@@ -221,15 +265,21 @@ fn socket_fails_with_eperm() {
 
 #[test]
 fn execve_fails_with_eperm() {
-    let Some(worker) = hardened_worker("execve_fails_with_eperm") else { return };
-    let (result, exit) = worker.probe(SandboxProbe::Execve { path: "/bin/true".to_owned() });
+    let Some(worker) = hardened_worker("execve_fails_with_eperm") else {
+        return;
+    };
+    let (result, exit) = worker.probe(SandboxProbe::Execve {
+        path: "/bin/true".to_owned(),
+    });
     assert_denied(&result, &[libc::EPERM]);
     assert!(exit.success());
 }
 
 #[test]
 fn fork_fails_with_eperm() {
-    let Some(worker) = hardened_worker("fork_fails_with_eperm") else { return };
+    let Some(worker) = hardened_worker("fork_fails_with_eperm") else {
+        return;
+    };
     let (result, exit) = worker.probe(SandboxProbe::Fork);
     assert_denied(&result, &[libc::EPERM]);
     assert!(exit.success());
@@ -242,7 +292,9 @@ fn non_empty_environment_makes_the_required_worker_refuse() {
     let environment = worker.protection("empty_environment").clone();
     assert!(!environment.applied);
     assert!(environment.detail.contains("LD_PRELOAD"), "{environment:?}");
-    let refused = report.refused.expect("a required worker with an environment refuses");
+    let refused = report
+        .refused
+        .expect("a required worker with an environment refuses");
     assert!(refused.contains("empty_environment"), "{refused}");
     let (status, stderr) = worker.wait_without_input();
     assert_eq!(status.code(), Some(EXIT_REFUSED), "{stderr}");
@@ -255,9 +307,19 @@ fn unsupported_landlock_abi_makes_the_worker_refuse() {
         let worker = Worker::start(&[mode, "--require-landlock-abi", "99"], &[]);
         let landlock = worker.protection("landlock").clone();
         assert!(!landlock.applied);
-        assert!(landlock.detail.contains("Landlock ABI 99 is unavailable"), "{landlock:?}");
-        let refused = worker.report.refused.clone().expect("an unsupported ABI is refused");
-        assert!(refused.contains("landlock") && refused.contains("99"), "{refused}");
+        assert!(
+            landlock.detail.contains("Landlock ABI 99 is unavailable"),
+            "{landlock:?}"
+        );
+        let refused = worker
+            .report
+            .refused
+            .clone()
+            .expect("an unsupported ABI is refused");
+        assert!(
+            refused.contains("landlock") && refused.contains("99"),
+            "{refused}"
+        );
         let (status, stderr) = worker.wait_without_input();
         assert_eq!(status.code(), Some(EXIT_REFUSED), "{mode}: {stderr}");
     }
@@ -265,8 +327,7 @@ fn unsupported_landlock_abi_makes_the_worker_refuse() {
 
 #[test]
 fn best_effort_worker_with_an_environment_proceeds_and_reports_the_gap() {
-    if !landlock_available("best_effort_worker_with_an_environment_proceeds_and_reports_the_gap")
-    {
+    if !landlock_available("best_effort_worker_with_an_environment_proceeds_and_reports_the_gap") {
         return;
     }
     let worker = Worker::start(&["--sandbox=best-effort"], &[("RHO_TEST", "1")]);
@@ -290,4 +351,67 @@ fn invalid_arguments_exit_with_usage_status_and_send_nothing() {
     assert!(output.stdout.is_empty());
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("--sandbox=off"), "{stderr}");
+}
+
+const ENTRY: &str = r#"
+load("//lib/nodes.star", "test_node")
+
+def build(inputs):
+    words = ["w" * 100 for i in range(5000)] + ["y" * 900000]
+    lint = command(name = "lint", argv = ["cargo", "clippy", str(len(words))], cwd = ".",
+                   timeout_seconds = 600, max_output_bytes = 65536)
+    return workflow(name = "check", nodes = [lint, test_node()])
+
+WORKFLOW = define(inputs = {"target": input.string(default = ".")}, build = build)
+"#;
+
+const MODULE: &str = r#"
+def test_node():
+    return command(name = "test", argv = ["cargo", "test"], cwd = ".",
+                   timeout_seconds = 60, max_output_bytes = 1000)
+"#;
+
+/// The evaluation thread is created after seccomp (clone3 → ENOSYS → clone with
+/// CLONE_THREAD) and must run a real plan, with a module load, under every protection.
+#[test]
+fn plan_is_evaluated_on_a_thread_inside_the_sandbox() {
+    let Some(mut worker) = hardened_worker("plan_is_evaluated_on_a_thread_inside_the_sandbox")
+    else {
+        return;
+    };
+    let mut stdin = worker.stdin.take().expect("stdin is piped");
+    let request = PlanRequest {
+        entry_label: "//.rho/workflows/check/workflow.star".to_owned(),
+        entry_source: ENTRY.to_owned(),
+        inputs: std::collections::BTreeMap::new(),
+        budgets: rho_ipc::budget::Budgets::default(),
+    };
+    write_message(&mut stdin, &Envelope::new(HostMessage::Plan(request))).expect("send plan");
+    let mut loads = 0;
+    let answer = loop {
+        let envelope: Envelope<WorkerMessage> =
+            read_message(&mut worker.stdout).expect("a worker message");
+        match envelope.message {
+            WorkerMessage::LoadModule(module) => {
+                loads += 1;
+                let answer = ModuleResponse::Source {
+                    label: module.label.clone(),
+                    source: MODULE.to_owned(),
+                };
+                write_message(&mut stdin, &Envelope::new(HostMessage::Module(answer)))
+                    .expect("answer the module request");
+            }
+            WorkerMessage::Planned(answer) => break answer,
+            other => panic!("unexpected worker message {other:?}"),
+        }
+    };
+    drop(stdin);
+    assert_eq!(loads, 1);
+    let PlanResponse::Workflow(workflow) = answer else {
+        panic!("evaluation failed inside the sandbox: {answer:?}");
+    };
+    assert_eq!(workflow.name, "check");
+    assert_eq!(workflow.nodes.len(), 2);
+    let status = worker.child.wait().expect("wait for the worker");
+    assert!(status.success(), "{status}");
 }

@@ -28,7 +28,10 @@ pub fn close_above_stderr() -> Result<String, SandboxError> {
             });
         }
         let (limit, _) = rlimit::getrlimit(rlimit::Resource::NOFILE).map_err(|source| {
-            SandboxError::Syscall { call: "getrlimit(RLIMIT_NOFILE)".to_owned(), source }
+            SandboxError::Syscall {
+                call: "getrlimit(RLIMIT_NOFILE)".to_owned(),
+                source,
+            }
         })?;
         let limit = i32::try_from(limit).unwrap_or(i32::MAX);
         for fd in 3..limit {

@@ -140,7 +140,11 @@ pub fn apply(plan: &LandlockPlan) -> Result<(), SandboxError> {
     if !plan.scope.is_empty() {
         ruleset = ruleset.scope(plan.scope).map_err(wrap)?;
     }
-    let status = ruleset.create().map_err(wrap)?.restrict_self().map_err(wrap)?;
+    let status = ruleset
+        .create()
+        .map_err(wrap)?
+        .restrict_self()
+        .map_err(wrap)?;
     if status.ruleset == RulesetStatus::FullyEnforced {
         Ok(())
     } else {
@@ -159,7 +163,10 @@ mod tests {
     fn current_kernel_gets_the_target_abi_with_network_and_scope() {
         let plan = plan(Some(7), None).unwrap();
         assert_eq!(plan.abi, TARGET_ABI);
-        assert!(plan.fs.contains(AccessFs::ReadFile | AccessFs::Execute | AccessFs::IoctlDev));
+        assert!(
+            plan.fs
+                .contains(AccessFs::ReadFile | AccessFs::Execute | AccessFs::IoctlDev)
+        );
         assert!(plan.fs.contains(AccessFs::Truncate | AccessFs::Refer));
         assert_eq!(plan.net, AccessNet::BindTcp | AccessNet::ConnectTcp);
         assert_eq!(plan.scope, Scope::AbstractUnixSocket | Scope::Signal);
@@ -176,7 +183,10 @@ mod tests {
     #[test]
     fn kernel_below_the_minimum_is_refused() {
         let error = plan(Some(2), None).unwrap_err();
-        assert_eq!(error.to_string(), "Landlock ABI 3 is unavailable: the kernel provides ABI 2");
+        assert_eq!(
+            error.to_string(),
+            "Landlock ABI 3 is unavailable: the kernel provides ABI 2"
+        );
         let error = plan(None, None).unwrap_err();
         assert!(error.to_string().contains("no Landlock"), "{error}");
     }
@@ -184,7 +194,10 @@ mod tests {
     #[test]
     fn explicit_requirement_beyond_the_kernel_is_refused() {
         let error = plan(Some(7), Some(99)).unwrap_err();
-        assert_eq!(error.to_string(), "Landlock ABI 99 is unavailable: the kernel provides ABI 7");
+        assert_eq!(
+            error.to_string(),
+            "Landlock ABI 99 is unavailable: the kernel provides ABI 7"
+        );
         let error = plan(Some(200), Some(99)).unwrap_err();
         assert!(error.to_string().contains("up to 10"), "{error}");
     }

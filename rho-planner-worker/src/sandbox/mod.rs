@@ -99,7 +99,10 @@ pub enum SandboxError {
 impl SandboxError {
     /// A failed system call with `errno` taken from the calling thread.
     pub(crate) fn last_os_error(call: impl Into<String>) -> Self {
-        Self::Syscall { call: call.into(), source: std::io::Error::last_os_error() }
+        Self::Syscall {
+            call: call.into(),
+            source: std::io::Error::last_os_error(),
+        }
     }
 
     /// The error and its sources on one line, for a report detail.
@@ -158,7 +161,10 @@ pub fn parse_args<I>(args: I) -> Result<WorkerArgs, SandboxError>
 where
     I: IntoIterator<Item = OsString>,
 {
-    let mut parsed = WorkerArgs { mode: SandboxMode::Required, options: HardeningOptions::default() };
+    let mut parsed = WorkerArgs {
+        mode: SandboxMode::Required,
+        options: HardeningOptions::default(),
+    };
     let mut args = args.into_iter();
     while let Some(raw) = args.next() {
         let Some(arg) = raw.to_str().map(str::to_owned) else {
@@ -215,7 +221,10 @@ where
 }
 
 fn usage(argument: &str, reason: &str) -> SandboxError {
-    SandboxError::Usage { argument: argument.to_owned(), reason: reason.to_owned() }
+    SandboxError::Usage {
+        argument: argument.to_owned(),
+        reason: reason.to_owned(),
+    }
 }
 
 fn positive(argument: &str, value: &str) -> Result<u64, SandboxError> {
@@ -262,12 +271,19 @@ pub fn harden(mode: SandboxMode, options: &HardeningOptions) -> HardeningReport 
     }
     protections.push(status("landlock", landlock));
 
-    let seccomp =
-        if single_threaded { seccomp::install() } else { Err(more_threads("seccomp", threads)) };
+    let seccomp = if single_threaded {
+        seccomp::install()
+    } else {
+        Err(more_threads("seccomp", threads))
+    };
     protections.push(status("seccomp", seccomp));
 
     let refused = refusal(mode, &protections, hard_refusals);
-    HardeningReport { mode, protections, refused }
+    HardeningReport {
+        mode,
+        protections,
+        refused,
+    }
 }
 
 /// The refusal reason for `protections` in `mode`, naming every missing protection.
@@ -279,7 +295,10 @@ pub fn refusal(
     if mode == SandboxMode::Required {
         for missing in protections.iter().filter(|p| !p.applied) {
             let reason = format!("{}: {}", missing.name, missing.detail);
-            if !hard_refusals.iter().any(|r| r.starts_with(missing.name.as_str())) {
+            if !hard_refusals
+                .iter()
+                .any(|r| r.starts_with(missing.name.as_str()))
+            {
                 hard_refusals.push(reason);
             }
         }
@@ -287,16 +306,25 @@ pub fn refusal(
     if hard_refusals.is_empty() {
         None
     } else {
-        Some(format!("required protection not applied: {}", hard_refusals.join("; ")))
+        Some(format!(
+            "required protection not applied: {}",
+            hard_refusals.join("; ")
+        ))
     }
 }
 
 fn status(name: &str, result: Result<String, SandboxError>) -> ProtectionStatus {
     match result {
-        Ok(detail) => ProtectionStatus { name: name.to_owned(), applied: true, detail },
-        Err(error) => {
-            ProtectionStatus { name: name.to_owned(), applied: false, detail: error.chain() }
-        }
+        Ok(detail) => ProtectionStatus {
+            name: name.to_owned(),
+            applied: true,
+            detail,
+        },
+        Err(error) => ProtectionStatus {
+            name: name.to_owned(),
+            applied: false,
+            detail: error.chain(),
+        },
     }
 }
 
@@ -314,8 +342,9 @@ fn more_threads(protection: &'static str, threads: Option<u64>) -> SandboxError 
 /// variable that got through (a loader hook such as `LD_PRELOAD` ran already, but a
 /// library could still read one) means the host is not the one we expect.
 fn check_environment() -> Result<String, SandboxError> {
-    let names: Vec<String> =
-        std::env::vars_os().map(|(name, _)| name.to_string_lossy().into_owned()).collect();
+    let names: Vec<String> = std::env::vars_os()
+        .map(|(name, _)| name.to_string_lossy().into_owned())
+        .collect();
     if names.is_empty() {
         Ok("environment is empty".to_owned())
     } else {
@@ -382,13 +411,20 @@ mod tests {
             &["--verbose"],
         ] {
             let error = parse_args(args(bad)).unwrap_err();
-            assert!(matches!(error, SandboxError::Usage { .. }), "{bad:?}: {error}");
+            assert!(
+                matches!(error, SandboxError::Usage { .. }),
+                "{bad:?}: {error}"
+            );
             assert!(error.to_string().contains(bad[0]), "{error}");
         }
     }
 
     fn protection(name: &str, applied: bool) -> ProtectionStatus {
-        ProtectionStatus { name: name.to_owned(), applied, detail: format!("{name} detail") }
+        ProtectionStatus {
+            name: name.to_owned(),
+            applied,
+            detail: format!("{name} detail"),
+        }
     }
 
     #[test]

@@ -33,7 +33,9 @@ pub fn set_parent_death_signal(expected_parent: Option<i32>) -> ParentDeath {
     let rc = unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) };
     if rc != 0 {
         return ParentDeath {
-            result: Err(SandboxError::last_os_error("prctl(PR_SET_PDEATHSIG, SIGKILL)")),
+            result: Err(SandboxError::last_os_error(
+                "prctl(PR_SET_PDEATHSIG, SIGKILL)",
+            )),
             gone: Ok(()),
         };
     }

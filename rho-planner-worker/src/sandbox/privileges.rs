@@ -67,18 +67,29 @@ pub fn drop_capabilities() -> Result<String, SandboxError> {
         }
     }
     // SAFETY: prctl with integer arguments only.
-    let rc = unsafe { libc::prctl(libc::PR_CAP_AMBIENT, libc::PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) };
+    let rc = unsafe {
+        libc::prctl(
+            libc::PR_CAP_AMBIENT,
+            libc::PR_CAP_AMBIENT_CLEAR_ALL,
+            0,
+            0,
+            0,
+        )
+    };
     // EINVAL: a kernel before 4.3 has no ambient set, which is as good as an empty one.
     if rc != 0 && std::io::Error::last_os_error().raw_os_error() != Some(libc::EINVAL) {
-        return Err(SandboxError::last_os_error("prctl(PR_CAP_AMBIENT, CLEAR_ALL)"));
+        return Err(SandboxError::last_os_error(
+            "prctl(PR_CAP_AMBIENT, CLEAR_ALL)",
+        ));
     }
-    let mut header = CapHeader { version: CAPABILITY_VERSION_3, pid: 0 };
+    let mut header = CapHeader {
+        version: CAPABILITY_VERSION_3,
+        pid: 0,
+    };
     let empty = [CapData::default(); 2];
     // SAFETY: capset reads one header and two data structs (version 3), which live on this
     // stack frame with the kernel's layout (`repr(C)`).
-    let rc = unsafe {
-        libc::syscall(libc::SYS_capset, &raw mut header, empty.as_ptr())
-    };
+    let rc = unsafe { libc::syscall(libc::SYS_capset, &raw mut header, empty.as_ptr()) };
     if rc != 0 {
         return Err(SandboxError::last_os_error("capset(all sets empty)"));
     }
@@ -101,20 +112,19 @@ fn last_capability() -> libc::c_int {
 }
 
 fn verify(last: libc::c_int, bounding_kept: u32) -> Result<String, SandboxError> {
-    let mut header = CapHeader { version: CAPABILITY_VERSION_3, pid: 0 };
+    let mut header = CapHeader {
+        version: CAPABILITY_VERSION_3,
+        pid: 0,
+    };
     let mut sets = [CapData::default(); 2];
     // SAFETY: capget writes two data structs (version 3) into `sets`, which has exactly that
     // size and layout, and reads the header.
-    let rc = unsafe {
-        libc::syscall(libc::SYS_capget, &raw mut header, sets.as_mut_ptr())
-    };
+    let rc = unsafe { libc::syscall(libc::SYS_capget, &raw mut header, sets.as_mut_ptr()) };
     if rc != 0 {
         return Err(SandboxError::last_os_error("capget"));
     }
     if sets != [CapData::default(); 2] {
-        let word = |f: fn(&CapData) -> u32| {
-            (u64::from(f(&sets[1])) << 32) | u64::from(f(&sets[0]))
-        };
+        let word = |f: fn(&CapData) -> u32| (u64::from(f(&sets[1])) << 32) | u64::from(f(&sets[0]));
         return Err(SandboxError::NotInForce {
             protection: "capabilities",
             observed: format!(

@@ -33,7 +33,11 @@ pub struct LimitSetting {
 
 /// The limits for `options`, in the order they are applied.
 pub fn plan(options: &HardeningOptions) -> Vec<LimitSetting> {
-    let fixed = |resource, value| LimitSetting { resource, soft: value, hard: value };
+    let fixed = |resource, value| LimitSetting {
+        resource,
+        soft: value,
+        hard: value,
+    };
     vec![
         fixed(Resource::AS, options.address_space_bytes),
         // At the soft limit the kernel sends SIGXCPU (fatal by default), at the hard limit
@@ -59,16 +63,20 @@ pub fn apply(settings: &[LimitSetting]) -> Result<String, SandboxError> {
     let mut applied = Vec::with_capacity(settings.len());
     for setting in settings {
         let name = setting.resource.as_name();
-        setting.resource.set(setting.soft, setting.hard).map_err(|source| {
-            SandboxError::Syscall {
+        setting
+            .resource
+            .set(setting.soft, setting.hard)
+            .map_err(|source| SandboxError::Syscall {
                 call: format!("setrlimit({name}, {}, {})", setting.soft, setting.hard),
                 source,
-            }
-        })?;
-        let observed = setting.resource.get().map_err(|source| SandboxError::Syscall {
-            call: format!("getrlimit({name})"),
-            source,
-        })?;
+            })?;
+        let observed = setting
+            .resource
+            .get()
+            .map_err(|source| SandboxError::Syscall {
+                call: format!("getrlimit({name})"),
+                source,
+            })?;
         if observed != (setting.soft, setting.hard) {
             return Err(SandboxError::NotInForce {
                 protection: "rlimits",
@@ -96,9 +104,20 @@ mod tests {
             ..HardeningOptions::default()
         };
         let plan = plan(&options);
-        let find = |resource| plan.iter().find(|s| s.resource == resource).copied().unwrap();
-        assert_eq!((find(Resource::AS).soft, find(Resource::AS).hard), (1 << 30, 1 << 30));
-        assert_eq!((find(Resource::CPU).soft, find(Resource::CPU).hard), (12, 13));
+        let find = |resource| {
+            plan.iter()
+                .find(|s| s.resource == resource)
+                .copied()
+                .unwrap()
+        };
+        assert_eq!(
+            (find(Resource::AS).soft, find(Resource::AS).hard),
+            (1 << 30, 1 << 30)
+        );
+        assert_eq!(
+            (find(Resource::CPU).soft, find(Resource::CPU).hard),
+            (12, 13)
+        );
         assert_eq!(find(Resource::FSIZE).hard, 0);
         assert_eq!(find(Resource::CORE).hard, 0);
         assert_eq!(find(Resource::NOFILE).hard, OPEN_FILES_LIMIT);
@@ -107,7 +126,10 @@ mod tests {
 
     #[test]
     fn soft_limit_never_exceeds_hard_limit() {
-        let options = HardeningOptions { cpu_seconds: u64::MAX, ..HardeningOptions::default() };
+        let options = HardeningOptions {
+            cpu_seconds: u64::MAX,
+            ..HardeningOptions::default()
+        };
         assert!(plan(&options).iter().all(|s| s.soft <= s.hard));
     }
 }

@@ -14,7 +14,8 @@
 //! Invariant: the rule tables below are pure data built by functions without I/O, unit-tested
 //! by running the compiled BPF in a small interpreter; the list was measured with
 //! `strace -f` on a worker that evaluates a plan (see [`allowlist`]), and each entry says why
-//! it is needed.
+//! it is needed. Nothing that names a path, creates a descriptor, a process or a socket, or
+//! changes credentials is on it.
 #![allow(unsafe_code)]
 
 use std::collections::BTreeMap;
@@ -74,7 +75,12 @@ pub fn enosys_calls() -> Vec<(&'static str, i64)> {
 }
 
 fn any(name: &'static str, number: i64, why: &'static str) -> AllowedCall {
-    AllowedCall { name, number, only: ArgRule::Any, why }
+    AllowedCall {
+        name,
+        number,
+        only: ArgRule::Any,
+        why,
+    }
 }
 
 fn one_of(
@@ -84,7 +90,12 @@ fn one_of(
     values: Vec<u64>,
     why: &'static str,
 ) -> AllowedCall {
-    AllowedCall { name, number, only: ArgRule::OneOf { index, values }, why }
+    AllowedCall {
+        name,
+        number,
+        only: ArgRule::OneOf { index, values },
+        why,
+    }
 }
 
 fn bits(value: libc::c_int) -> u64 {
@@ -93,61 +104,129 @@ fn bits(value: libc::c_int) -> u64 {
 
 /// The allowlist for a process whose pid is `pid`.
 ///
-/// Measured with `strace -f -c` on a worker that hardens, receives a plan request,
-/// evaluates on its big-stack thread and answers; the calls below are those seen after the
-/// `seccomp` call plus the ones of rare but legitimate paths (abort, stack overflow report).
+/// Measured with `strace -f` on a worker that hardens, receives a plan request with a
+/// `load()`, a 900 KB module answer and large strings, evaluates on its big-stack thread
+/// and answers. Seen after the filter: read, write, mmap, mprotect, munmap, madvise, brk,
+/// futex, clone3 (ENOSYS) then clone, set_robust_list, rseq, sigaltstack, rt_sigprocmask,
+/// rt_sigaction, getrandom, sched_getaffinity, exit, exit_group. Added for rare but
+/// legitimate paths: clock_gettime (the deadline when the vDSO cannot answer; std panics
+/// if it fails), getpid/gettid/tgkill (abort), fcntl(F_GETFD) (the Inspect probe).
+/// Seen and left denied, because glibc falls back cleanly: `openat` of
+/// `/proc/sys/vm/overcommit_memory` (arena shrink policy). Not needed: `mremap` (glibc's
+/// realloc copies when it fails), `prctl(PR_SET_NAME)` (the evaluation thread is unnamed,
+/// and std ignores a naming failure), `sched_yield`.
 pub fn allowlist(pid: u32) -> Vec<AllowedCall> {
     let pid = u64::from(pid);
     let no_exec = |name, number, why| AllowedCall {
         name,
         number,
-        only: ArgRule::NoBitsSet { index: 2, bits: bits(libc::PROT_EXEC) },
+        only: ArgRule::NoBitsSet {
+            index: 2,
+            bits: bits(libc::PROT_EXEC),
+        },
         why,
     };
     vec![
-        one_of("read", libc::SYS_read, 0, vec![0], "the request and module answers on stdin"),
-        one_of("write", libc::SYS_write, 0, vec![1, 2], "frames on stdout, panic text on stderr"),
+        one_of(
+            "read",
+            libc::SYS_read,
+            0,
+            vec![0],
+            "the request and module answers on stdin",
+        ),
+        one_of(
+            "write",
+            libc::SYS_write,
+            0,
+            vec![1, 2],
+            "frames on stdout, panic text on stderr",
+        ),
         no_exec(
             "mmap",
             libc::SYS_mmap,
             "allocator and thread stacks; never executable memory (prot without PROT_EXEC)",
         ),
-        no_exec("mprotect", libc::SYS_mprotect, "thread stack guard pages; never PROT_EXEC"),
-        any("munmap", libc::SYS_munmap, "allocator frees, thread stack release"),
-        any("mremap", libc::SYS_mremap, "realloc of large buffers"),
+        no_exec(
+            "mprotect",
+            libc::SYS_mprotect,
+            "arena growth and stack guards; never PROT_EXEC",
+        ),
+        any(
+            "munmap",
+            libc::SYS_munmap,
+            "allocator frees, thread stack release",
+        ),
         any("brk", libc::SYS_brk, "main-arena heap growth"),
-        any("madvise", libc::SYS_madvise, "allocator and glibc return memory on thread exit"),
-        any("futex", libc::SYS_futex, "locks, condition variables and thread join"),
+        any(
+            "madvise",
+            libc::SYS_madvise,
+            "glibc releases the thread stack and arena pages",
+        ),
+        any("futex", libc::SYS_futex, "locks, channels and thread join"),
         AllowedCall {
             name: "clone",
             number: libc::SYS_clone,
             // CLONE_THREAD requires CLONE_SIGHAND and CLONE_VM, and excludes CLONE_NEWUSER and
             // CLONE_NEWPID: the result is always a thread of this process, under its filters
             // and Landlock domain, never a new process.
-            only: ArgRule::AllBitsSet { index: 0, bits: bits(libc::CLONE_THREAD) },
+            only: ArgRule::AllBitsSet {
+                index: 0,
+                bits: bits(libc::CLONE_THREAD),
+            },
             why: "spawning the evaluation thread (threads only: fork stays impossible)",
         },
-        any("set_robust_list", libc::SYS_set_robust_list, "glibc thread start"),
-        any("rseq", libc::SYS_rseq, "glibc thread start registers restartable sequences"),
-        one_of(
-            "prctl",
-            libc::SYS_prctl,
-            0,
-            vec![bits(libc::PR_SET_NAME)],
-            "std names spawned threads (PR_SET_NAME only)",
+        any(
+            "set_robust_list",
+            libc::SYS_set_robust_list,
+            "glibc thread start",
         ),
-        any("rt_sigprocmask", libc::SYS_rt_sigprocmask, "glibc masks signals around clone, abort"),
-        any("rt_sigaction", libc::SYS_rt_sigaction, "abort and the stack-overflow handler reset"),
-        any("rt_sigreturn", libc::SYS_rt_sigreturn, "return from a signal handler"),
-        any("sigaltstack", libc::SYS_sigaltstack, "std's stack-overflow guard on new threads"),
-        any("sched_yield", libc::SYS_sched_yield, "spin-wait back-off in locks"),
+        any(
+            "rseq",
+            libc::SYS_rseq,
+            "glibc thread start registers restartable sequences",
+        ),
+        any(
+            "sigaltstack",
+            libc::SYS_sigaltstack,
+            "std's stack-overflow guard on each thread",
+        ),
+        any(
+            "rt_sigprocmask",
+            libc::SYS_rt_sigprocmask,
+            "glibc masks signals around clone, abort",
+        ),
+        any(
+            "rt_sigaction",
+            libc::SYS_rt_sigaction,
+            "glibc thread setup, abort, overflow reset",
+        ),
+        any(
+            "rt_sigreturn",
+            libc::SYS_rt_sigreturn,
+            "return from the stack-overflow handler",
+        ),
         any("getrandom", libc::SYS_getrandom, "hash map seeds"),
-        any("clock_gettime", libc::SYS_clock_gettime, "the evaluation deadline (vDSO fallback)"),
-        any("gettid", libc::SYS_gettid, "abort and thread identity"),
+        any(
+            "sched_getaffinity",
+            libc::SYS_sched_getaffinity,
+            "glibc sizes its malloc arenas by the CPU count of a new thread",
+        ),
+        any(
+            "clock_gettime",
+            libc::SYS_clock_gettime,
+            "the evaluation deadline (vDSO fallback)",
+        ),
         any("getpid", libc::SYS_getpid, "abort"),
+        any("gettid", libc::SYS_gettid, "abort"),
         // Only this process: as root without capabilities, a signal to another root process
         // is still allowed by the kernel, and Landlock's signal scope needs ABI 6.
-        one_of("tgkill", libc::SYS_tgkill, 0, vec![pid], "abort raises SIGABRT on itself"),
+        one_of(
+            "tgkill",
+            libc::SYS_tgkill,
+            0,
+            vec![pid],
+            "abort raises SIGABRT on itself",
+        ),
         one_of(
             "fcntl",
             libc::SYS_fcntl,
@@ -173,13 +252,19 @@ pub fn target_arch() -> Option<TargetArch> {
 }
 
 fn condition(index: u8, op: SeccompCmpOp, value: u64) -> Result<SeccompCondition, SandboxError> {
-    SeccompCondition::new(index, SeccompCmpArgLen::Dword, op, value)
-        .map_err(|source| SandboxError::Seccomp { filter: "allowlist", source: source.into() })
+    SeccompCondition::new(index, SeccompCmpArgLen::Dword, op, value).map_err(|source| {
+        SandboxError::Seccomp {
+            filter: "allowlist",
+            source: source.into(),
+        }
+    })
 }
 
 fn rule(conditions: Vec<SeccompCondition>) -> Result<SeccompRule, SandboxError> {
-    SeccompRule::new(conditions)
-        .map_err(|source| SandboxError::Seccomp { filter: "allowlist", source: source.into() })
+    SeccompRule::new(conditions).map_err(|source| SandboxError::Seccomp {
+        filter: "allowlist",
+        source: source.into(),
+    })
 }
 
 /// The seccompiler rule map for `calls`: an empty rule list matches unconditionally.
@@ -193,10 +278,18 @@ pub fn rule_map(calls: &[AllowedCall]) -> Result<BTreeMap<i64, Vec<SeccompRule>>
                 .map(|&value| rule(vec![condition(*index, SeccompCmpOp::Eq, value)?]))
                 .collect::<Result<_, _>>()?,
             ArgRule::AllBitsSet { index, bits } => {
-                vec![rule(vec![condition(*index, SeccompCmpOp::MaskedEq(*bits), *bits)?])?]
+                vec![rule(vec![condition(
+                    *index,
+                    SeccompCmpOp::MaskedEq(*bits),
+                    *bits,
+                )?])?]
             }
             ArgRule::NoBitsSet { index, bits } => {
-                vec![rule(vec![condition(*index, SeccompCmpOp::MaskedEq(*bits), 0)?])?]
+                vec![rule(vec![condition(
+                    *index,
+                    SeccompCmpOp::MaskedEq(*bits),
+                    0,
+                )?])?]
             }
         };
         map.insert(call.number, rules);
@@ -215,7 +308,10 @@ pub struct CompiledFilters {
 
 /// Compiles both filters for `arch` and a process whose pid is `pid`.
 pub fn compile(arch: TargetArch, pid: u32) -> Result<CompiledFilters, SandboxError> {
-    let enosys_rules = enosys_calls().into_iter().map(|(_, number)| (number, Vec::new())).collect();
+    let enosys_rules = enosys_calls()
+        .into_iter()
+        .map(|(_, number)| (number, Vec::new()))
+        .collect();
     let enosys = SeccompFilter::new(
         enosys_rules,
         SeccompAction::Allow,
@@ -223,15 +319,20 @@ pub fn compile(arch: TargetArch, pid: u32) -> Result<CompiledFilters, SandboxErr
         arch,
     )
     .and_then(BpfProgram::try_from)
-    .map_err(|source| SandboxError::Seccomp { filter: "enosys", source: source.into() })?;
+    .map_err(|source| SandboxError::Seccomp {
+        filter: "enosys",
+        source: source.into(),
+    })?;
 
     let mut calls = allowlist(pid);
     // Let clone3 through the allowlist so the first filter's ENOSYS is the answer; with
     // EPERM from both, the later filter's EPERM would win the tie and glibc would not fall
     // back to clone.
-    calls.extend(enosys_calls().into_iter().map(|(name, number)| {
-        any(name, number, "answered ENOSYS by the first filter")
-    }));
+    calls.extend(
+        enosys_calls()
+            .into_iter()
+            .map(|(name, number)| any(name, number, "answered ENOSYS by the first filter")),
+    );
     let allowlist = SeccompFilter::new(
         rule_map(&calls)?,
         SeccompAction::Errno(libc::EPERM.unsigned_abs()),
@@ -239,7 +340,10 @@ pub fn compile(arch: TargetArch, pid: u32) -> Result<CompiledFilters, SandboxErr
         arch,
     )
     .and_then(BpfProgram::try_from)
-    .map_err(|source| SandboxError::Seccomp { filter: "allowlist", source: source.into() })?;
+    .map_err(|source| SandboxError::Seccomp {
+        filter: "allowlist",
+        source: source.into(),
+    })?;
     Ok(CompiledFilters { enosys, allowlist })
 }
 
@@ -255,10 +359,14 @@ pub fn install() -> Result<String, SandboxError> {
         });
     };
     let filters = compile(arch, std::process::id())?;
-    seccompiler::apply_filter(&filters.enosys)
-        .map_err(|source| SandboxError::Seccomp { filter: "enosys", source })?;
-    seccompiler::apply_filter(&filters.allowlist)
-        .map_err(|source| SandboxError::Seccomp { filter: "allowlist", source })?;
+    seccompiler::apply_filter(&filters.enosys).map_err(|source| SandboxError::Seccomp {
+        filter: "enosys",
+        source,
+    })?;
+    seccompiler::apply_filter(&filters.allowlist).map_err(|source| SandboxError::Seccomp {
+        filter: "allowlist",
+        source,
+    })?;
     verify_mode()?;
     let names: Vec<&str> = allowlist(0).iter().map(|call| call.name).collect();
     Ok(format!(
@@ -271,14 +379,18 @@ pub fn install() -> Result<String, SandboxError> {
 /// Reads the seccomp mode back: `2` is filter mode.
 fn verify_mode() -> Result<(), SandboxError> {
     // SAFETY: PR_GET_SECCOMP takes no pointer and only returns the mode; the allowlist
-    // refuses prctl options other than PR_SET_NAME, so EPERM also proves the filter is on.
+    // refuses prctl, so EPERM (which PR_GET_SECCOMP never answers otherwise) also proves
+    // the filter is on.
     let mode = unsafe { libc::prctl(libc::PR_GET_SECCOMP, 0, 0, 0, 0) };
     let filtered = mode == 2
         || (mode == -1 && std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM));
     if filtered {
         Ok(())
     } else {
-        Err(SandboxError::NotInForce { protection: "seccomp", observed: format!("mode {mode}") })
+        Err(SandboxError::NotInForce {
+            protection: "seccomp",
+            observed: format!("mode {mode}"),
+        })
     }
 }
 
@@ -331,13 +443,21 @@ mod tests {
     /// recently installed filter (the allowlist) wins.
     fn decide(nr: i64, args: [u64; 6]) -> u32 {
         let arch = target_arch().unwrap();
-        let audit = if arch == TargetArch::x86_64 { 0xc000_003e } else { 0xc000_00b7 };
+        let audit = if arch == TargetArch::x86_64 {
+            0xc000_003e
+        } else {
+            0xc000_00b7
+        };
         let filters = compile(arch, PID).unwrap();
         let newest = run(&filters.allowlist, audit, nr, args);
         let oldest = run(&filters.enosys, audit, nr, args);
         #[allow(clippy::cast_possible_wrap)]
         let rank = |ret: u32| (ret & 0xffff_0000) as i32;
-        if rank(oldest) < rank(newest) { oldest } else { newest }
+        if rank(oldest) < rank(newest) {
+            oldest
+        } else {
+            newest
+        }
     }
 
     fn errno(value: i32) -> u32 {
@@ -348,8 +468,21 @@ mod tests {
     fn allowlist_holds_what_a_threaded_evaluator_needs() {
         let names: Vec<&str> = allowlist(PID).iter().map(|c| c.name).collect();
         for needed in [
-            "read", "write", "mmap", "munmap", "mprotect", "brk", "futex", "clone", "exit",
-            "exit_group", "rt_sigreturn", "sigaltstack", "getrandom", "set_robust_list", "rseq",
+            "read",
+            "write",
+            "mmap",
+            "munmap",
+            "mprotect",
+            "brk",
+            "futex",
+            "clone",
+            "exit",
+            "exit_group",
+            "rt_sigreturn",
+            "sigaltstack",
+            "getrandom",
+            "set_robust_list",
+            "rseq",
         ] {
             assert!(names.contains(&needed), "{needed} missing from {names:?}");
         }
@@ -372,20 +505,44 @@ mod tests {
             libc::SYS_setns,
             libc::SYS_mount,
             libc::SYS_seccomp,
+            libc::SYS_prctl,
+            libc::SYS_setuid,
+            libc::SYS_capset,
         ] {
-            assert!(!numbers.contains(&forbidden), "syscall {forbidden} is allowed");
-            assert_eq!(decide(forbidden, [0; 6]), errno(libc::EPERM), "syscall {forbidden}");
+            assert!(
+                !numbers.contains(&forbidden),
+                "syscall {forbidden} is allowed"
+            );
+            if forbidden != libc::SYS_clone3 {
+                assert_eq!(
+                    decide(forbidden, [0; 6]),
+                    errno(libc::EPERM),
+                    "syscall {forbidden}"
+                );
+            }
         }
     }
 
     #[cfg(target_arch = "x86_64")]
     #[test]
     fn legacy_x86_file_and_process_calls_are_denied() {
-        for forbidden in [libc::SYS_open, libc::SYS_fork, libc::SYS_vfork, libc::SYS_creat] {
-            assert_eq!(decide(forbidden, [0; 6]), errno(libc::EPERM), "syscall {forbidden}");
+        for forbidden in [
+            libc::SYS_open,
+            libc::SYS_fork,
+            libc::SYS_vfork,
+            libc::SYS_creat,
+        ] {
+            assert_eq!(
+                decide(forbidden, [0; 6]),
+                errno(libc::EPERM),
+                "syscall {forbidden}"
+            );
         }
         // The x32 ABI shares the x86_64 audit arch; its numbers never match the allowlist.
-        assert_eq!(decide(libc::SYS_read | 0x4000_0000, [0; 6]), errno(libc::EPERM));
+        assert_eq!(
+            decide(libc::SYS_read | 0x4000_0000, [0; 6]),
+            errno(libc::EPERM)
+        );
     }
 
     #[test]
@@ -407,21 +564,35 @@ mod tests {
                 | libc::CLONE_CHILD_CLEARTID,
         );
         assert_eq!(decide(libc::SYS_clone, [thread, 0, 0, 0, 0, 0]), RET_ALLOW);
-        let fork =
-            bits(libc::CLONE_CHILD_SETTID | libc::CLONE_CHILD_CLEARTID | libc::SIGCHLD);
-        assert_eq!(decide(libc::SYS_clone, [fork, 0, 0, 0, 0, 0]), errno(libc::EPERM));
+        let fork = bits(libc::CLONE_CHILD_SETTID | libc::CLONE_CHILD_CLEARTID | libc::SIGCHLD);
+        assert_eq!(
+            decide(libc::SYS_clone, [fork, 0, 0, 0, 0, 0]),
+            errno(libc::EPERM)
+        );
         let vfork = bits(libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD);
-        assert_eq!(decide(libc::SYS_clone, [vfork, 0, 0, 0, 0, 0]), errno(libc::EPERM));
+        assert_eq!(
+            decide(libc::SYS_clone, [vfork, 0, 0, 0, 0, 0]),
+            errno(libc::EPERM)
+        );
     }
 
     #[test]
     fn io_is_limited_to_the_three_pipes() {
         assert_eq!(decide(libc::SYS_read, [0; 6]), RET_ALLOW);
-        assert_eq!(decide(libc::SYS_read, [3, 0, 0, 0, 0, 0]), errno(libc::EPERM));
+        assert_eq!(
+            decide(libc::SYS_read, [3, 0, 0, 0, 0, 0]),
+            errno(libc::EPERM)
+        );
         assert_eq!(decide(libc::SYS_write, [1, 0, 0, 0, 0, 0]), RET_ALLOW);
         assert_eq!(decide(libc::SYS_write, [2, 0, 0, 0, 0, 0]), RET_ALLOW);
-        assert_eq!(decide(libc::SYS_write, [0, 0, 0, 0, 0, 0]), errno(libc::EPERM));
-        assert_eq!(decide(libc::SYS_write, [u64::MAX, 0, 0, 0, 0, 0]), errno(libc::EPERM));
+        assert_eq!(
+            decide(libc::SYS_write, [0, 0, 0, 0, 0, 0]),
+            errno(libc::EPERM)
+        );
+        assert_eq!(
+            decide(libc::SYS_write, [u64::MAX, 0, 0, 0, 0, 0]),
+            errno(libc::EPERM)
+        );
     }
 
     #[test]
@@ -429,29 +600,45 @@ mod tests {
         let rw = bits(libc::PROT_READ | libc::PROT_WRITE);
         let rwx = bits(libc::PROT_READ | libc::PROT_WRITE | libc::PROT_EXEC);
         assert_eq!(decide(libc::SYS_mmap, [0, 4096, rw, 0, 0, 0]), RET_ALLOW);
-        assert_eq!(decide(libc::SYS_mmap, [0, 4096, rwx, 0, 0, 0]), errno(libc::EPERM));
-        assert_eq!(decide(libc::SYS_mprotect, [0, 4096, rwx, 0, 0, 0]), errno(libc::EPERM));
+        assert_eq!(
+            decide(libc::SYS_mmap, [0, 4096, rwx, 0, 0, 0]),
+            errno(libc::EPERM)
+        );
+        assert_eq!(
+            decide(libc::SYS_mprotect, [0, 4096, rwx, 0, 0, 0]),
+            errno(libc::EPERM)
+        );
     }
 
     #[test]
     fn argument_restricted_calls_accept_only_their_values() {
         let pid = u64::from(PID);
         assert_eq!(decide(libc::SYS_tgkill, [pid, 1, 6, 0, 0, 0]), RET_ALLOW);
-        assert_eq!(decide(libc::SYS_tgkill, [1, 1, 9, 0, 0, 0]), errno(libc::EPERM));
-        let set_name = bits(libc::PR_SET_NAME);
-        assert_eq!(decide(libc::SYS_prctl, [set_name, 0, 0, 0, 0, 0]), RET_ALLOW);
+        assert_eq!(
+            decide(libc::SYS_tgkill, [1, 1, 9, 0, 0, 0]),
+            errno(libc::EPERM)
+        );
         let dumpable = bits(libc::PR_SET_DUMPABLE);
-        assert_eq!(decide(libc::SYS_prctl, [dumpable, 1, 0, 0, 0, 0]), errno(libc::EPERM));
+        assert_eq!(
+            decide(libc::SYS_prctl, [dumpable, 1, 0, 0, 0, 0]),
+            errno(libc::EPERM)
+        );
         let get_fd = bits(libc::F_GETFD);
         let dup = bits(libc::F_DUPFD);
         assert_eq!(decide(libc::SYS_fcntl, [3, get_fd, 0, 0, 0, 0]), RET_ALLOW);
-        assert_eq!(decide(libc::SYS_fcntl, [0, dup, 0, 0, 0, 0]), errno(libc::EPERM));
+        assert_eq!(
+            decide(libc::SYS_fcntl, [0, dup, 0, 0, 0, 0]),
+            errno(libc::EPERM)
+        );
     }
 
     #[test]
     fn another_architecture_is_killed() {
         let filters = compile(target_arch().unwrap(), PID).unwrap();
         let i386 = 0x4000_0003;
-        assert_eq!(run(&filters.allowlist, i386, libc::SYS_read, [0; 6]), 0x8000_0000);
+        assert_eq!(
+            run(&filters.allowlist, i386, libc::SYS_read, [0; 6]),
+            0x8000_0000
+        );
     }
 }
