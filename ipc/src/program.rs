@@ -107,7 +107,9 @@ pub struct InputDecl {
     /// The type.
     #[serde(rename = "type")]
     pub ty: InputType,
-    /// The default; `None` means the input is required.
+    /// The default; `None` means the input is required. Never `Some(Data::Null)`: the
+    /// language spells "no default" as `default = None`, and both would encode as null, so
+    /// the planner rejects a null default rather than letting a round trip change meaning.
     pub default: Option<Data>,
 }
 
