@@ -1,6 +1,9 @@
 //! `HostAuthorizer` end to end without a run: modes, headless fail-closed, a scripted human,
 //! and a real classifier executable.
 
+// Test helpers outside `#[test]` functions unwrap too: a failed setup is a failed test.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::fs;
 use std::os::unix::fs::PermissionsExt as _;
 use std::path::{Path, PathBuf};

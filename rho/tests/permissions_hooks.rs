@@ -1,6 +1,9 @@
 //! Hook execution as the run owner does it: real `#!/bin/sh` hook processes in a temporary
 //! `RHO_HOME` and workspace, judged through `HostAuthorizer`.
 
+// Test helpers outside `#[test]` functions unwrap too: a failed setup is a failed test.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::fs;
 use std::os::unix::fs::PermissionsExt as _;
 use std::path::{Path, PathBuf};
@@ -66,8 +69,9 @@ impl Fixture {
     }
 
     fn trust_workspace(&self) {
-        let doc = serde_json::json!({ "version": 1, "workspaces": [self.workspace] });
-        fs::write(self.home.root().join("trust.json"), doc.to_string()).unwrap();
+        let mut store = rho::trust::load(&self.home).unwrap();
+        store.add(self.workspace.clone()).unwrap();
+        rho::trust::save(&self.home, &store).unwrap();
     }
 
     fn runner(&self, env: &HostEnvironment) -> ProcessHookRunner {
@@ -558,4 +562,24 @@ fn observational_hooks_run_report_failures_and_never_run_gates() {
         "a before_tool_use hook ran for an observational event"
     );
     assert!(runner.observe(ObservedEvent::Started, &labels).is_empty());
+}
+
+#[test]
+fn a_trust_file_others_can_write_never_activates_project_hooks() {
+    let fx = fixture();
+    let marker = fx.file("project-ran");
+    let script = fx.script("project.sh", &format!("touch \"$1\"\n{CONTINUE}"));
+    fx.project_hooks(&hook(
+        "proj",
+        "before_tool_use",
+        &[&script, &marker],
+        "10s",
+        "",
+    ));
+    fx.trust_workspace();
+    let trust = fx.home.root().join("trust.json");
+    fs::set_permissions(&trust, fs::Permissions::from_mode(0o666)).unwrap();
+    let err = load_hooks(&fx.home, &fx.workspace, &base_env()).unwrap_err();
+    assert!(err.to_string().contains("trust.json"), "{err}");
+    assert!(!marker.exists());
 }

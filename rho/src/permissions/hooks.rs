@@ -1,8 +1,8 @@
 //! Loads the eligible hooks and runs them as processes.
 //!
 //! `$RHO_HOME/hooks.toml` (user) is always eligible; `<workspace>/.rho/hooks.toml` (project)
-//! is not even read unless the workspace is trusted in `$RHO_HOME/trust.json` or
-//! `RHO_TRUST_PROJECT_HOOKS=1`. A hook runs from its argv (never through a shell), in the
+//! is not even read unless the workspace is trusted in `$RHO_HOME/trust.json` (read through
+//! [`crate::trust::load`], which accepts only a private file) or `RHO_TRUST_PROJECT_HOOKS=1`. A hook runs from its argv (never through a shell), in the
 //! workspace directory, with one bounded JSON event on stdin, the minimal environment of
 //! [`rho_policy::hook_environment`], its declared timeout enforced on its whole process group,
 //! and at most [`HOOK_OUTPUT_LIMIT`] + 1 bytes of its output kept. A relative program path
@@ -30,8 +30,6 @@ use crate::paths::RhoHome;
 
 /// The largest hooks file read.
 pub const HOOKS_FILE_LIMIT: u64 = 1 << 20;
-/// The largest `trust.json` read.
-pub const TRUST_FILE_LIMIT: u64 = 4 << 20;
 /// The largest event document a hook is given; a bigger event is a denial (the hook is not
 /// started), so no hook ever sees a truncated request.
 pub const HOOK_EVENT_LIMIT: usize = 1 << 20;
@@ -51,11 +49,6 @@ pub fn project_hooks_file(workspace: &Path) -> PathBuf {
     workspace.join(".rho").join("hooks.toml")
 }
 
-/// `$RHO_HOME/trust.json`.
-pub fn trust_file(home: &RhoHome) -> PathBuf {
-    home.root().join("trust.json")
-}
-
 /// The hooks eligible in this process, and what was decided about the project file.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LoadedHooks {
@@ -66,15 +59,6 @@ pub struct LoadedHooks {
     /// A project hooks file exists but is inactive because the workspace is not trusted; it
     /// was not read.
     pub project_hooks_inactive: bool,
-}
-
-/// Reads the trust store; a missing file is the empty store.
-pub fn load_trust_store(home: &RhoHome) -> Result<TrustStore, PermissionsError> {
-    let file = trust_file(home);
-    match read_bounded_file(&file, TRUST_FILE_LIMIT)? {
-        None => Ok(TrustStore::new()),
-        Some(bytes) => Ok(TrustStore::from_json(&file, &bytes)?),
-    }
 }
 
 /// Loads the user hooks file and, when the workspace's hooks are trusted, the project one.
@@ -98,7 +82,7 @@ pub fn load_hooks(
         let store = if overrides.project_hooks {
             TrustStore::new()
         } else {
-            load_trust_store(home)?
+            crate::trust::load(home)?
         };
         CurrentTrust::resolve(&store, workspace.to_path_buf(), overrides)
             .allows(TrustKind::ProjectHooks)

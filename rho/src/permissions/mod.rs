@@ -46,7 +46,11 @@ pub enum PermissionsError {
     #[error(transparent)]
     Policy(#[from] PolicyError),
 
-    /// A hooks file or the trust store exists but could not be read.
+    /// The trust store could not be read safely or is malformed.
+    #[error(transparent)]
+    Trust(#[from] crate::trust::TrustError),
+
+    /// A hooks file exists but could not be read.
     #[error("cannot read {}", file.display())]
     Read {
         /// The file.
@@ -56,7 +60,7 @@ pub enum PermissionsError {
         source: std::io::Error,
     },
 
-    /// A hooks file or the trust store is larger than anything it could sensibly hold.
+    /// A hooks file is larger than anything it could sensibly hold.
     #[error("{} is larger than the limit of {limit} bytes", file.display())]
     FileTooLarge {
         /// The file.
@@ -75,13 +79,14 @@ pub enum PermissionsError {
 
 impl PermissionsError {
     /// The documented exit code: a bad setting or file is a configuration error (2); a file
-    /// that cannot be read is operational (1).
+    /// that cannot be read (or the trust store's safety checks) is operational (1).
     pub fn exit_code(&self) -> ExitCode {
         match self {
-            PermissionsError::Read { .. } => ExitCode::Operational,
             PermissionsError::Policy(_)
+            | PermissionsError::Trust(crate::trust::TrustError::Policy(_))
             | PermissionsError::FileTooLarge { .. }
             | PermissionsError::NotUtf8 { .. } => ExitCode::Invalid,
+            PermissionsError::Read { .. } | PermissionsError::Trust(_) => ExitCode::Operational,
         }
     }
 }
