@@ -1,0 +1,343 @@
+//! `validate` and `plan` end to end: determinism of `program_digest` across plans, data
+//! directories and copied workspaces; `validate` storing nothing; the output formats.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod plan_support;
+
+use std::os::unix::fs::PermissionsExt as _;
+use std::path::Path;
+
+use plan_support::{Env, cmd, workflow};
+
+fn digest_of(env: &Env, dir: &Path, file: &str) -> String {
+    let run = env.rho_in(
+        dir,
+        &[
+            "workflow",
+            "plan",
+            file,
+            "--input",
+            "who=\"you\"",
+            "--output",
+            "json",
+        ],
+    );
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let doc: serde_json::Value = serde_json::from_str(&run.stdout).unwrap();
+    doc["program_digest"].as_str().unwrap().to_owned()
+}
+
+fn rich_workspace(env: &Env) {
+    env.write("lib/common.star", "def check(name, argv):\n    return command(name = name, argv = argv, timeout_seconds = 60, max_output_bytes = 4096)\n");
+    env.write("bin/tool.sh", "#!/bin/sh\necho tool\n");
+    std::fs::set_permissions(
+        env.ws.join("bin/tool.sh"),
+        std::fs::Permissions::from_mode(0o755),
+    )
+    .unwrap();
+    std::fs::create_dir_all(env.ws.join("sub")).unwrap();
+    env.write(
+        "flows/w.star",
+        "load(\"//lib/common.star\", \"check\")\n\ndef build(inputs):\n    a = check(\"a\", [\"echo\", inputs[\"who\"]])\n    t = command(name = \"t\", argv = [\"bin/tool.sh\"], cwd = \"sub\", needs = [\"a\"], timeout_seconds = 60, max_output_bytes = 4096)\n    s = shell(name = \"s\", executable = \"sh\", arguments = [\"-c\"], command = \"printf '{}'\", output = schema.stdout_json(schema.record({})), needs = [\"t\", \"a\", \"a\"], timeout_seconds = 60, max_output_bytes = 4096)\n    return workflow(name = \"wf\", nodes = [s, t, a], exports = {\"a_status\": status(\"a\")})\n\nWORKFLOW = define(inputs = {\"who\": input.string()}, build = build)\n",
+    );
+}
+
+#[test]
+fn program_digest_is_deterministic_across_plans_homes_and_copies() {
+    let env = Env::new();
+    rich_workspace(&env);
+    let first = digest_of(&env, &env.ws, "flows/w.star");
+    assert_eq!(
+        digest_of(&env, &env.ws, "flows/w.star"),
+        first,
+        "repeated plan"
+    );
+
+    let mut other_home = Env::new();
+    other_home.ws = env.ws.clone();
+    assert_eq!(
+        digest_of(&other_home, &env.ws, "flows/w.star"),
+        first,
+        "another RHO_HOME"
+    );
+
+    let copy_dir = tempfile::tempdir().unwrap();
+    let copy = copy_dir.path().canonicalize().unwrap().join("elsewhere");
+    let status = std::process::Command::new("cp")
+        .arg("-a")
+        .arg(&env.ws)
+        .arg(&copy)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    assert_eq!(
+        digest_of(&env, &copy, "flows/w.star"),
+        first,
+        "copied workspace"
+    );
+
+    // Changing a loaded module changes the digest.
+    std::fs::write(
+        copy.join("lib/common.star"),
+        std::fs::read_to_string(env.ws.join("lib/common.star")).unwrap() + "# changed\n",
+    )
+    .unwrap();
+    assert_ne!(digest_of(&env, &copy, "flows/w.star"), first);
+}
+
+#[test]
+fn frozen_program_records_sources_identities_and_normalized_needs() {
+    let env = Env::new();
+    rich_workspace(&env);
+    let run = env.rho(&[
+        "workflow",
+        "plan",
+        "flows/w.star",
+        "--input",
+        "who=\"x\"",
+        "--output",
+        "json",
+    ]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let id = serde_json::from_str::<serde_json::Value>(&run.stdout).unwrap()["plan_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let graph: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(
+            env.home
+                .join("workflows/plans")
+                .join(&id)
+                .join("graph.json"),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    let program = &graph["program"];
+    let labels: Vec<&str> = program["sources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["label"].as_str().unwrap())
+        .collect();
+    assert_eq!(labels, ["//flows/w.star", "//lib/common.star"]);
+    let nodes = program["root"]["nodes"].as_array().unwrap();
+    let ids: Vec<&str> = nodes.iter().map(|n| n["id"].as_str().unwrap()).collect();
+    assert_eq!(ids, ["a", "s", "t"], "sorted by id");
+    assert_eq!(
+        nodes[1]["needs"],
+        serde_json::json!(["a", "t"]),
+        "sorted and de-duplicated"
+    );
+    let t = &nodes[2]["execution"];
+    assert_eq!(
+        t["program"]["file"]["location"],
+        serde_json::json!({"root": "workspace", "path": "bin/tool.sh"})
+    );
+    assert_eq!(t["program"]["interpreter"]["shebang"], "/bin/sh");
+    assert_eq!(t["cwd"]["path"], "sub");
+    let sh = &nodes[1]["execution"]["program"]["file"]["location"];
+    assert_eq!(sh["root"], "absolute");
+    assert_eq!(
+        Path::new(sh["path"].as_str().unwrap()),
+        std::fs::canonicalize("/usr/bin/sh").unwrap()
+    );
+    assert_eq!(program["root"]["bound_inputs"]["who"], "x");
+    assert_eq!(
+        program["root"]["exports"]["a_status"]["schema"]["type"],
+        "enum"
+    );
+    assert_eq!(program["environment"]["name"], "inherit_except_credentials");
+    assert!(
+        program["environment"]["exclude"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e == "*_API_KEY")
+    );
+    assert_eq!(program["scheduler"]["max_parallel_nodes"], 4);
+    assert_eq!(program["budgets"]["node_count"], 1000);
+    assert_eq!(program["planner"]["name"], "rho-planner");
+}
+
+#[test]
+fn validate_stores_nothing_and_reports_in_every_format() {
+    let env = Env::new();
+    env.write("w.star", &workflow(&[cmd("a", "[\"true\"]", "")], ""));
+    let run = env.rho(&["workflow", "validate", "w.star"]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert!(
+        run.stdout
+            .starts_with("ok: workflow `wf` is valid (1 nodes, program_digest sha256:"),
+        "{}",
+        run.stdout
+    );
+    let run = env.rho(&["workflow", "validate", "w.star", "--output", "json"]);
+    let doc: serde_json::Value = serde_json::from_str(&run.stdout).unwrap();
+    assert_eq!(doc["valid"], true);
+    assert_eq!(doc["node_count"], 1);
+    assert!(!env.home.exists(), "validate created the data directory");
+
+    env.write(
+        "bad.star",
+        &workflow(
+            &[
+                cmd("a", "[\"true\"]", ", needs = [\"nope\"]"),
+                cmd("b", "[\"true\"]", ", needs = [\"b2\"]"),
+            ],
+            "",
+        ),
+    );
+    let run = env.rho(&["workflow", "validate", "bad.star", "--output", "github"]);
+    assert_eq!(run.code, 2, "{}", run.stderr);
+    let lines: Vec<&str> = run.stdout.lines().collect();
+    assert_eq!(
+        lines,
+        [
+            "::error file=bad.star,line=3,col=9::node `a` needs unknown node `nope`",
+            "::error file=bad.star,line=4,col=9::node `b` needs unknown node `b2`",
+        ]
+    );
+    let run = env.rho(&["workflow", "validate", "bad.star", "--output", "json"]);
+    assert_eq!(run.code, 2);
+    let doc: serde_json::Value = serde_json::from_str(&run.stdout).unwrap();
+    assert_eq!(doc["valid"], false);
+    assert_eq!(doc["diagnostics"][0]["code"], "unknown_need");
+    assert_eq!(doc["diagnostics"][0]["file"], "bad.star");
+    assert_eq!(doc["diagnostics"][0]["line"], 3);
+    let run = env.rho(&["workflow", "validate", "bad.star"]);
+    assert_eq!(run.code, 2);
+    assert!(
+        run.stderr
+            .contains("error: bad.star:3:9: node `a` needs unknown node `nope`"),
+        "{}",
+        run.stderr
+    );
+    assert!(!env.home.exists(), "validate created the data directory");
+}
+
+#[test]
+fn worker_syntax_errors_carry_file_line_and_column() {
+    let env = Env::new();
+    env.write("w.star", "def build(inputs):\n    return workflow(name = \"wf\", nodes = [\n\nWORKFLOW = define(inputs = {}, build = build)\n");
+    let run = env.rho(&["workflow", "validate", "w.star", "--output", "github"]);
+    assert_eq!(run.code, 2, "{}", run.stderr);
+    assert!(
+        run.stdout.starts_with("::error file=w.star,line="),
+        "{}",
+        run.stdout
+    );
+}
+
+#[test]
+fn a_missing_worker_is_an_operational_error() {
+    let mut env = Env::new();
+    env.write("w.star", &workflow(&[cmd("a", "[\"true\"]", "")], ""));
+    env.vars.push((
+        "RHO_PLANNER_WORKER".to_owned(),
+        "/nonexistent/rho-planner-worker".to_owned(),
+    ));
+    let run = env.rho(&["workflow", "plan", "w.star"]);
+    assert_eq!(run.code, 1, "{}", run.stderr);
+    assert!(
+        run.stderr
+            .contains("planner worker not found at /nonexistent/rho-planner-worker"),
+        "{}",
+        run.stderr
+    );
+    assert!(!env.home.exists());
+}
+
+#[test]
+fn a_crashing_worker_is_a_planning_error_with_its_stderr() {
+    let mut env = Env::new();
+    env.write("w.star", &workflow(&[cmd("a", "[\"true\"]", "")], ""));
+    let fake = env.write(
+        "fake-worker.sh",
+        "#!/bin/sh\necho 'worker exploded: out of luck' >&2\nkill -SEGV $$\n",
+    );
+    std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
+    env.vars
+        .push(("RHO_PLANNER_WORKER".to_owned(), fake.display().to_string()));
+    let run = env.rho(&["workflow", "plan", "w.star"]);
+    assert_eq!(run.code, 1, "{}", run.stderr);
+    assert!(
+        run.stderr.contains("planner worker failed"),
+        "{}",
+        run.stderr
+    );
+    assert!(run.stderr.contains("SIGSEGV"), "{}", run.stderr);
+    assert!(
+        run.stderr.contains("worker exploded: out of luck"),
+        "{}",
+        run.stderr
+    );
+    assert!(!env.home.exists());
+}
+
+#[test]
+fn a_garbled_worker_is_a_planning_error() {
+    let mut env = Env::new();
+    env.write("w.star", &workflow(&[cmd("a", "[\"true\"]", "")], ""));
+    // A frame of 3 bytes that is not canonical CBOR (a non-shortest integer head).
+    let fake = env.write(
+        "fake-worker.sh",
+        "#!/bin/sh\nprintf '\\000\\000\\000\\002\\030\\001'\nsleep 5\n",
+    );
+    std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
+    env.vars
+        .push(("RHO_PLANNER_WORKER".to_owned(), fake.display().to_string()));
+    let run = env.rho(&["workflow", "validate", "w.star"]);
+    assert_eq!(run.code, 1, "{}", run.stderr);
+    assert!(
+        run.stderr.contains("garbled frame from the worker"),
+        "{}",
+        run.stderr
+    );
+}
+
+#[test]
+fn doctor_reports_every_protection_and_probe() {
+    let env = Env::new();
+    let run = env.rho(&["doctor", "--json"]);
+    let doc: serde_json::Value =
+        serde_json::from_str(&run.stdout).unwrap_or_else(|e| panic!("{e}: {}", run.stdout));
+    let names: Vec<&str> = doc["protections"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["name"].as_str().unwrap())
+        .collect();
+    for expected in [
+        "parent_death_signal",
+        "close_fds",
+        "empty_environment",
+        "rlimits",
+        "no_new_privs",
+        "landlock",
+        "seccomp",
+    ] {
+        assert!(
+            names.contains(&expected),
+            "{expected} missing from {names:?}"
+        );
+    }
+    let probes = doc["probes"].as_array().unwrap();
+    assert_eq!(probes.len(), 4);
+    if doc["healthy"] == true {
+        assert_eq!(run.code, 0);
+        assert!(probes.iter().all(|p| p["blocked"] == true), "{probes:?}");
+    } else {
+        println!(
+            "skipping the healthy-sandbox assertions: this kernel lacks a protection: {}",
+            run.stdout
+        );
+        assert_eq!(run.code, 1);
+    }
+    let run = env.rho(&["doctor"]);
+    assert!(
+        run.stdout.contains("probes (each must be refused):"),
+        "{}",
+        run.stdout
+    );
+}
