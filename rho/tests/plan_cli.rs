@@ -341,3 +341,34 @@ fn doctor_reports_every_protection_and_probe() {
         run.stdout
     );
 }
+
+#[test]
+fn shipped_examples_plan() {
+    let env = Env::new();
+    let examples = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../examples")
+        .canonicalize()
+        .unwrap();
+    for (dir, file, nodes) in [
+        ("hello", ".rho/workflows/hello/workflow.star", 4),
+        ("review", ".rho/workflows/review/workflow.star", 4),
+    ] {
+        let run = env.rho_in(
+            &examples.join(dir),
+            &["workflow", "validate", file, "--output", "json"],
+        );
+        assert_eq!(run.code, 0, "{dir}: {}{}", run.stdout, run.stderr);
+        let doc: serde_json::Value = serde_json::from_str(&run.stdout).unwrap();
+        assert_eq!(doc["node_count"], nodes, "{dir}");
+    }
+    // The quick start plans hello from the repository root too (workspace = repository).
+    let run = env.rho_in(
+        &examples.join(".."),
+        &[
+            "workflow",
+            "validate",
+            "examples/hello/.rho/workflows/hello/workflow.star",
+        ],
+    );
+    assert_eq!(run.code, 0, "{}", run.stderr);
+}

@@ -286,7 +286,7 @@ fn planner_wall_time_kills_a_spinning_worker() {
         &["planning budget planner_wall_ms exceeded: accepted limit 400"],
     );
     // Not a timing assertion on speed: only that the kill happened rather than the loop ending.
-    assert!(started.elapsed() < std::time::Duration::from_secs(60));
+    assert!(started.elapsed() < std::time::Duration::from_mins(1));
 }
 
 #[test]
