@@ -6,7 +6,7 @@
 //! workflow that fails them never touches an executable or the store; each problem becomes
 //! a diagnostic that names the node (and the need, reference or budget) at fault.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 
 use rho_ipc::budget::Budgets;
 use rho_ipc::data::Data;
@@ -374,25 +374,59 @@ fn check_reference(
     }
 }
 
-/// The ancestors of a node through `needs` (computed on demand, cached).
-struct Ancestry<'a> {
-    needs: &'a BTreeMap<&'a str, Vec<&'a str>>,
-    cache: HashMap<&'a str, HashSet<&'a str>>,
+/// Ancestor queries over `needs` by node index: a depth-first search from the node that
+/// stops at the target, with a visit stamp per query so no set is built or cleared. A
+/// reference usually names a direct need, which is answered without searching.
+struct Ancestry {
+    index: HashMap<String, usize>,
+    needs: Vec<Vec<usize>>,
+    stamp: Vec<u32>,
+    query: u32,
+    stack: Vec<usize>,
 }
 
-impl<'a> Ancestry<'a> {
-    fn of(&mut self, node: &'a str) -> &HashSet<&'a str> {
-        let needs = self.needs;
-        self.cache.entry(node).or_insert_with(|| {
-            let mut seen = HashSet::new();
-            let mut stack: Vec<&str> = needs.get(node).cloned().unwrap_or_default();
-            while let Some(n) = stack.pop() {
-                if seen.insert(n) {
-                    stack.extend(needs.get(n).map_or(&[][..], Vec::as_slice));
-                }
+impl Ancestry {
+    fn new(needs: &BTreeMap<&str, Vec<&str>>) -> Self {
+        let index: HashMap<String, usize> = needs
+            .keys()
+            .enumerate()
+            .map(|(i, n)| ((*n).to_owned(), i))
+            .collect();
+        let needs = needs
+            .values()
+            .map(|list| list.iter().filter_map(|n| index.get(*n).copied()).collect())
+            .collect();
+        let len = index.len();
+        Self {
+            index,
+            needs,
+            stamp: vec![0; len],
+            query: 0,
+            stack: Vec::new(),
+        }
+    }
+
+    /// Whether `ancestor` is reachable from `node` through `needs`.
+    fn is_ancestor(&mut self, node: &str, ancestor: &str) -> bool {
+        let (Some(&from), Some(&target)) = (self.index.get(node), self.index.get(ancestor)) else {
+            return false;
+        };
+        if self.needs[from].contains(&target) {
+            return true;
+        }
+        self.query += 1;
+        self.stack.clear();
+        self.stack.extend_from_slice(&self.needs[from]);
+        while let Some(n) = self.stack.pop() {
+            if n == target {
+                return true;
             }
-            seen
-        })
+            if self.stamp[n] != self.query {
+                self.stamp[n] = self.query;
+                self.stack.extend_from_slice(&self.needs[n]);
+            }
+        }
+        false
     }
 }
 
@@ -448,10 +482,7 @@ pub fn semantics(workflow: &EvaluatedWorkflow, budgets: &Budgets) -> Vec<Diagnos
         out.push(d);
     }
 
-    let mut ancestry = Ancestry {
-        needs: &needs,
-        cache: HashMap::new(),
-    };
+    let mut ancestry = Ancestry::new(&needs);
     for node in &workflow.nodes {
         let span = node.span.as_ref();
         let mut references: Vec<(&Reference, &str)> = Vec::new();
@@ -486,7 +517,7 @@ pub fn semantics(workflow: &EvaluatedWorkflow, budgets: &Budgets) -> Vec<Diagnos
                 ));
                 continue;
             }
-            if !ancestry.of(node.name.as_str()).contains(target) {
+            if !ancestry.is_ancestor(&node.name, target) {
                 out.push(diag(
                     "reference",
                     format!(
