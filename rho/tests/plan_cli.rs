@@ -372,3 +372,177 @@ fn shipped_examples_plan() {
     );
     assert_eq!(run.code, 0, "{}", run.stderr);
 }
+
+/// A fake worker that ignores its input and replays `messages` as frames.
+fn scripted_worker(env: &Env, messages: &[rho_ipc::message::WorkerMessage]) -> std::path::PathBuf {
+    let mut bytes = Vec::new();
+    for m in messages {
+        rho_ipc::frame::write_message(&mut bytes, &rho_ipc::message::Envelope::new(m.clone()))
+            .unwrap();
+    }
+    let frames = env.ws.join("frames.bin");
+    std::fs::write(&frames, bytes).unwrap();
+    let script = env.write(
+        "fake-worker.sh",
+        &format!("#!/bin/sh\ncat '{}'\nsleep 2\n", frames.display()),
+    );
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    script
+}
+
+fn report(
+    mode: rho_ipc::message::SandboxMode,
+    refused: Option<&str>,
+) -> rho_ipc::message::HardeningReport {
+    use rho_ipc::message::ProtectionStatus;
+    let status = |name: &str, applied: bool| ProtectionStatus {
+        name: name.to_owned(),
+        applied,
+        detail: if applied {
+            "applied".to_owned()
+        } else {
+            "kernel lacks it".to_owned()
+        },
+    };
+    rho_ipc::message::HardeningReport {
+        mode,
+        protections: vec![
+            status("no_new_privs", true),
+            status("landlock", false),
+            status("seccomp", true),
+        ],
+        refused: refused.map(str::to_owned),
+    }
+}
+
+#[test]
+fn a_refusing_worker_names_the_missing_protection() {
+    use rho_ipc::message::{SandboxMode, WorkerMessage};
+    let mut env = Env::new();
+    env.write("w.star", &workflow(&[cmd("a", "[\"true\"]", "")], ""));
+    let fake = scripted_worker(
+        &env,
+        &[WorkerMessage::Hardening(report(
+            SandboxMode::Required,
+            Some("landlock is not available"),
+        ))],
+    );
+    env.vars
+        .push(("RHO_PLANNER_WORKER".to_owned(), fake.display().to_string()));
+    let run = env.rho(&["workflow", "plan", "w.star"]);
+    assert_eq!(run.code, 1, "{}", run.stderr);
+    assert!(
+        run.stderr
+            .contains("planner sandbox unavailable: landlock is not available (missing: landlock)"),
+        "{}",
+        run.stderr
+    );
+    assert!(
+        run.stderr.contains("RHO_PLANNER_SANDBOX=best-effort"),
+        "{}",
+        run.stderr
+    );
+    assert!(!env.home.exists());
+}
+
+#[test]
+fn a_degraded_worker_plans_only_with_best_effort_and_every_output_warns() {
+    use rho_ipc::evaluated::{EvaluatedExecution, EvaluatedNode, EvaluatedWorkflow};
+    use rho_ipc::message::{PlanResponse, SandboxMode, WorkerMessage};
+    let mut env = Env::new();
+    env.write("w.star", &workflow(&[cmd("a", "[\"true\"]", "")], ""));
+    let evaluated = EvaluatedWorkflow {
+        name: "wf".to_owned(),
+        inputs: Default::default(),
+        bound_inputs: Default::default(),
+        nodes: vec![EvaluatedNode {
+            name: "a".to_owned(),
+            needs: vec![],
+            when: None,
+            allow_failure: false,
+            access: None,
+            timeout_seconds: 60,
+            max_output_bytes: 4096,
+            output: None,
+            execution: EvaluatedExecution::Command {
+                argv0: "true".to_owned(),
+                args: vec![],
+                cwd: ".".to_owned(),
+            },
+            span: None,
+        }],
+        exports: Default::default(),
+        span: None,
+    };
+    // A required-mode worker that reports a gap without refusing is still refused by the host.
+    let fake = scripted_worker(
+        &env,
+        &[
+            WorkerMessage::Hardening(report(SandboxMode::Required, None)),
+            WorkerMessage::Planned(PlanResponse::Workflow(evaluated.clone())),
+        ],
+    );
+    env.vars
+        .push(("RHO_PLANNER_WORKER".to_owned(), fake.display().to_string()));
+    let run = env.rho(&["workflow", "validate", "w.star"]);
+    assert_eq!(run.code, 1, "{}", run.stderr);
+    assert!(
+        run.stderr.contains("planner sandbox unavailable"),
+        "{}",
+        run.stderr
+    );
+
+    let fake = scripted_worker(
+        &env,
+        &[
+            WorkerMessage::Hardening(report(SandboxMode::BestEffort, None)),
+            WorkerMessage::Planned(PlanResponse::Workflow(evaluated)),
+        ],
+    );
+    env.vars = vec![
+        ("RHO_PLANNER_WORKER".to_owned(), fake.display().to_string()),
+        ("RHO_PLANNER_SANDBOX".to_owned(), "best-effort".to_owned()),
+    ];
+    let warning = "planner sandbox degraded (RHO_PLANNER_SANDBOX=best-effort): protections not applied: landlock";
+    let run = env.rho(&["workflow", "validate", "w.star"]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert!(run.stderr.contains(warning), "{}", run.stderr);
+    let run = env.rho(&["workflow", "validate", "w.star", "--output", "github"]);
+    assert!(
+        run.stdout
+            .contains("::warning file=w.star::planner sandbox degraded"),
+        "{}",
+        run.stdout
+    );
+    let run = env.rho(&["workflow", "plan", "w.star"]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert!(run.stderr.contains(warning), "{}", run.stderr);
+    let run = env.rho(&["workflow", "plan", "w.star", "--output", "json"]);
+    let doc: serde_json::Value = serde_json::from_str(&run.stdout).unwrap();
+    assert!(
+        doc["warnings"][0].as_str().unwrap().contains("landlock"),
+        "{doc}"
+    );
+    let id = doc["plan_id"].as_str().unwrap();
+    let manifest: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(
+            env.home
+                .join("workflows/plans")
+                .join(id)
+                .join("manifest.json"),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(manifest["sandbox"]["mode"], "best-effort");
+    assert_eq!(
+        manifest["sandbox"]["missing"],
+        serde_json::json!(["landlock"])
+    );
+    let run = env.rho(&["workflow", "graph", id]);
+    assert!(
+        run.stderr.contains("planner sandbox degraded"),
+        "{}",
+        run.stderr
+    );
+}
