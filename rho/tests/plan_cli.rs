@@ -453,8 +453,8 @@ fn a_degraded_worker_plans_only_with_best_effort_and_every_output_warns() {
     env.write("w.star", &workflow(&[cmd("a", "[\"true\"]", "")], ""));
     let evaluated = EvaluatedWorkflow {
         name: "wf".to_owned(),
-        inputs: Default::default(),
-        bound_inputs: Default::default(),
+        inputs: std::collections::BTreeMap::default(),
+        bound_inputs: std::collections::BTreeMap::default(),
         nodes: vec![EvaluatedNode {
             name: "a".to_owned(),
             needs: vec![],
@@ -471,7 +471,7 @@ fn a_degraded_worker_plans_only_with_best_effort_and_every_output_warns() {
             },
             span: None,
         }],
-        exports: Default::default(),
+        exports: std::collections::BTreeMap::default(),
         span: None,
     };
     // A required-mode worker that reports a gap without refusing is still refused by the host.
