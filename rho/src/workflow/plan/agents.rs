@@ -56,7 +56,17 @@ impl AgentResolver for CatalogAgents<'_> {
             .get_or_insert_with(|| Catalog::discover(sources).map_err(|e| e.to_string()))
             .as_ref()
             .map_err(|e| format!("the agent catalog cannot be loaded: {e}"))?;
-        let entry = catalog.resolve(id).map_err(|e| e.to_string())?;
+        let entry = catalog
+            .resolve(id)
+            .map_err(|e| match catalog.ignored_project_dir() {
+                Some(dir) => format!(
+                    "{e} (project agent definitions in {} are ignored: this workspace is not \
+                 trusted; trust it with `rho trust add`, or set RHO_TRUST_PROJECT_AGENTS=1 for \
+                 one process)",
+                    dir.display()
+                ),
+                None => e.to_string(),
+            })?;
         let request = BindRequest {
             config: self.config,
             capabilities: &self.capabilities,
