@@ -311,14 +311,24 @@ impl PrivateDir {
 
     /// Renames `from` to `to` only when `to` does not exist (`RENAME_NOREPLACE`).
     pub fn rename_noreplace(&self, from: &str, to: &str) -> Result<(), StoreError> {
-        nix::fcntl::renameat2(
+        match nix::fcntl::renameat2(
             self.fd(),
             from,
             self.fd(),
             to,
             nix::fcntl::RenameFlags::RENAME_NOREPLACE,
-        )
-        .map_err(|e| StoreError::io("rename", self.entry_path(from), e))
+        ) {
+            // Filesystems without RENAME_NOREPLACE: ids are random, so a check is enough.
+            Err(Errno::EINVAL) => match fstatat(self.fd(), to, AtFlags::AT_SYMLINK_NOFOLLOW) {
+                Ok(_) => Err(StoreError::io(
+                    "rename",
+                    self.entry_path(from),
+                    Errno::EEXIST,
+                )),
+                Err(_) => self.rename(from, to),
+            },
+            result => result.map_err(|e| StoreError::io("rename", self.entry_path(from), e)),
+        }
     }
 
     /// Flushes the directory itself (new, renamed and removed names) to disk.
