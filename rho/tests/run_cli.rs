@@ -2,6 +2,13 @@
 //! environment, a temporary `RHO_HOME` and workspace. After every run the snapshot must equal
 //! a replay of the journal.
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::cast_possible_wrap,
+    clippy::too_many_lines
+)]
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -22,7 +29,11 @@ fn rho_bin() -> PathBuf {
 
 fn worker_bin() -> PathBuf {
     let path = rho_bin().with_file_name("rho-planner-worker");
-    assert!(path.exists(), "build the planner worker first: cargo build -p rho-planner-worker ({})", path.display());
+    assert!(
+        path.exists(),
+        "build the planner worker first: cargo build -p rho-planner-worker ({})",
+        path.display()
+    );
     path
 }
 
@@ -33,9 +44,14 @@ impl Env {
         let ws = dir.path().join("ws");
         std::fs::create_dir(&ws).unwrap();
         std::fs::create_dir(&home).unwrap();
-        std::fs::set_permissions(&home, std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
+        std::fs::set_permissions(&home, std::os::unix::fs::PermissionsExt::from_mode(0o700))
+            .unwrap();
         let ws = ws.canonicalize().unwrap();
-        Env { _dir: dir, home, ws }
+        Env {
+            _dir: dir,
+            home,
+            ws,
+        }
     }
 
     fn command(&self, args: &[&str]) -> Command {
@@ -62,7 +78,12 @@ impl Env {
     fn run_dirs(&self) -> Vec<PathBuf> {
         let runs = self.home.join("workflows/runs");
         let mut out: Vec<PathBuf> = std::fs::read_dir(runs)
-            .map(|d| d.filter_map(Result::ok).map(|e| e.path()).filter(|p| !p.file_name().unwrap().to_string_lossy().starts_with('.')).collect())
+            .map(|d| {
+                d.filter_map(Result::ok)
+                    .map(|e| e.path())
+                    .filter(|p| !p.file_name().unwrap().to_string_lossy().starts_with('.'))
+                    .collect()
+            })
             .unwrap_or_default();
         out.sort();
         out
@@ -86,10 +107,19 @@ impl Env {
 fn assert_snapshot_matches_journal(run_dir: &Path) -> (State, Vec<Event>) {
     let contents = journal::read(&run_dir.join("events.jsonl")).unwrap();
     assert_eq!(contents.torn_bytes, 0);
-    let snapshot: State = serde_json::from_slice(&std::fs::read(run_dir.join("state.json")).unwrap()).unwrap();
-    let upto: Vec<Event> =
-        contents.events.iter().filter(|e| e.seq <= snapshot.last_event_sequence).cloned().collect();
-    assert_eq!(replay(&upto).unwrap(), snapshot, "state.json must equal a replay of the journal");
+    let snapshot: State =
+        serde_json::from_slice(&std::fs::read(run_dir.join("state.json")).unwrap()).unwrap();
+    let upto: Vec<Event> = contents
+        .events
+        .iter()
+        .filter(|e| e.seq <= snapshot.last_event_sequence)
+        .cloned()
+        .collect();
+    assert_eq!(
+        replay(&upto).unwrap(),
+        snapshot,
+        "state.json must equal a replay of the journal"
+    );
     let full = replay(&contents.events).unwrap();
     (full, contents.events)
 }
@@ -112,7 +142,11 @@ fn code(out: &Output) -> i32 {
 }
 
 fn text(out: &Output) -> String {
-    format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
 }
 
 #[test]
@@ -122,9 +156,21 @@ fn success_with_outputs_templates_conditions_and_exports() {
         "wf.star",
         &workflow(
             &[
-                node("a", ", output = schema.stdout_json(schema.record({\"n\": schema.integer()}))", r#"["sh", "-c", "echo '{\"n\": 7}'"]"#),
-                node("b", ", needs = [\"a\"]", r#"["sh", "-c", template(["test ", output("a", ["n"]), " = 7"])]"#),
-                node("c", ", needs = [\"b\"], when = condition.equals(status(\"b\"), \"failure\")", r#"["false"]"#),
+                node(
+                    "a",
+                    ", output = schema.stdout_json(schema.record({\"n\": schema.integer()}))",
+                    r#"["sh", "-c", "echo '{\"n\": 7}'"]"#,
+                ),
+                node(
+                    "b",
+                    ", needs = [\"a\"]",
+                    r#"["sh", "-c", template(["test ", output("a", ["n"]), " = 7"])]"#,
+                ),
+                node(
+                    "c",
+                    ", needs = [\"b\"], when = condition.equals(status(\"b\"), \"failure\")",
+                    r#"["false"]"#,
+                ),
                 node("d", ", needs = [\"c\"]", r#"["true"]"#),
             ],
             "\"n\": output(\"a\", [\"n\"]), \"c\": exit_code(\"c\")",
@@ -138,7 +184,11 @@ fn success_with_outputs_templates_conditions_and_exports() {
     assert_eq!(root.node_state("a"), Some(NodeState::Success));
     assert_eq!(root.node_state("b"), Some(NodeState::Success));
     assert_eq!(root.node_state("c"), Some(NodeState::Skipped));
-    assert_eq!(root.node_state("d"), Some(NodeState::Skipped), "a skipped need skips a node without a condition");
+    assert_eq!(
+        root.node_state("d"),
+        Some(NodeState::Skipped),
+        "a skipped need skips a node without a condition"
+    );
     let result = root.result.as_ref().unwrap();
     assert_eq!(result.exports["n"].value, rho_ipc::data::Data::Int(7));
     assert!(!result.exports["c"].available);
@@ -147,29 +197,59 @@ fn success_with_outputs_templates_conditions_and_exports() {
     let doc: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap();
     assert_eq!(doc["outcome"], "success");
     assert_eq!(doc["lifecycle"], "completed");
-    assert_eq!(doc["state"]["scopes"]["s0"]["result"]["exports"]["n"]["value"], 7);
+    assert_eq!(
+        doc["state"]["scopes"]["s0"]["result"]["exports"]["n"]["value"],
+        7
+    );
     assert!(doc["program"]["root"]["nodes"].is_array());
     assert_eq!(doc["manifest"]["confirmation"]["method"], "--yes");
     let status_text = text(&env.rho(&["workflow", "status", &id]));
-    assert!(status_text.contains("lifecycle: completed") && status_text.contains("export n = 7"), "{status_text}");
-    assert!(status_text.contains("nodes/a/attempts/1/stdout"), "{status_text}");
+    assert!(
+        status_text.contains("lifecycle: completed") && status_text.contains("export n = 7"),
+        "{status_text}"
+    );
+    assert!(
+        status_text.contains("nodes/a/attempts/1/stdout"),
+        "{status_text}"
+    );
 }
 
 #[test]
 fn failure_blocked_allow_failure_and_exit_codes() {
     let env = Env::new();
-    env.write("fail.star", &workflow(&[node("a", "", r#"["false"]"#), node("b", ", needs = [\"a\"]", r#"["true"]"#)], ""));
+    env.write(
+        "fail.star",
+        &workflow(
+            &[
+                node("a", "", r#"["false"]"#),
+                node("b", ", needs = [\"a\"]", r#"["true"]"#),
+            ],
+            "",
+        ),
+    );
     let out = env.rho(&["workflow", "run", "fail.star", "--yes"]);
     assert_eq!(code(&out), 3, "failure exits 3: {}", text(&out));
     let (state, _) = assert_snapshot_matches_journal(&env.run_dir(&Env::run_id(&out)));
     assert_eq!(state.root().node_state("b"), Some(NodeState::Blocked));
-    assert!(state.root().tasks["a"].reason.as_deref().unwrap().contains("exited with code 1"));
+    assert!(
+        state.root().tasks["a"]
+            .reason
+            .as_deref()
+            .unwrap()
+            .contains("exited with code 1")
+    );
 
     // allow_failure: the node stays failed, the dependent is blocked, and the outcome is the
     // dependent's: blocked (exit 6).
     env.write(
         "soft.star",
-        &workflow(&[node("a", ", allow_failure = True", r#"["false"]"#), node("b", ", needs = [\"a\"]", r#"["true"]"#)], ""),
+        &workflow(
+            &[
+                node("a", ", allow_failure = True", r#"["false"]"#),
+                node("b", ", needs = [\"a\"]", r#"["true"]"#),
+            ],
+            "",
+        ),
     );
     let out = env.rho(&["workflow", "run", "soft.star", "--yes"]);
     assert_eq!(code(&out), 6, "blocked exits 6: {}", text(&out));
@@ -177,7 +257,16 @@ fn failure_blocked_allow_failure_and_exit_codes() {
     assert_eq!(state.root().node_state("a"), Some(NodeState::Failure));
 
     // allow_failure alone: outcome success.
-    env.write("soft2.star", &workflow(&[node("a", ", allow_failure = True", r#"["false"]"#), node("b", "", r#"["true"]"#)], ""));
+    env.write(
+        "soft2.star",
+        &workflow(
+            &[
+                node("a", ", allow_failure = True", r#"["false"]"#),
+                node("b", "", r#"["true"]"#),
+            ],
+            "",
+        ),
+    );
     let out = env.rho(&["workflow", "run", "soft2.star", "--yes"]);
     assert_eq!(code(&out), 0, "{}", text(&out));
 }
@@ -187,18 +276,43 @@ fn stdout_json_mismatch_is_a_typed_failure() {
     let env = Env::new();
     env.write(
         "wf.star",
-        &workflow(&[node("a", ", output = schema.stdout_json(schema.record({\"n\": schema.integer()}))", r#"["sh", "-c", "echo '{\"n\": \"x\"}'"]"#)], ""),
+        &workflow(
+            &[node(
+                "a",
+                ", output = schema.stdout_json(schema.record({\"n\": schema.integer()}))",
+                r#"["sh", "-c", "echo '{\"n\": \"x\"}'"]"#,
+            )],
+            "",
+        ),
     );
     let out = env.rho(&["workflow", "run", "wf.star", "--yes", "--output", "jsonl"]);
     assert_eq!(code(&out), 3, "{}", text(&out));
-    let lines: Vec<serde_json::Value> =
-        String::from_utf8_lossy(&out.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
-    assert!(lines.iter().all(|l| l["version"] == 1 && l["run_id"].is_string()));
-    let seqs: Vec<u64> = lines.iter().map(|l| l["sequence"].as_u64().unwrap()).collect();
+    let lines: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert!(
+        lines
+            .iter()
+            .all(|l| l["version"] == 1 && l["run_id"].is_string())
+    );
+    let seqs: Vec<u64> = lines
+        .iter()
+        .map(|l| l["sequence"].as_u64().unwrap())
+        .collect();
     assert_eq!(seqs, (1..=seqs.len() as u64).collect::<Vec<_>>());
-    let finished = lines.iter().find(|l| l["event"] == "node_finished").unwrap();
+    let finished = lines
+        .iter()
+        .find(|l| l["event"] == "node_finished")
+        .unwrap();
     assert_eq!(finished["state"], "failure");
-    assert!(finished["reason"].as_str().unwrap().contains("$.n: expected integer, found string"), "{finished}");
+    assert!(
+        finished["reason"]
+            .as_str()
+            .unwrap()
+            .contains("$.n: expected integer, found string"),
+        "{finished}"
+    );
     assert_eq!(lines.last().unwrap()["event"], "completed");
     assert_eq!(lines.last().unwrap()["outcome"], "failure");
 }
@@ -207,7 +321,11 @@ fn stdout_json_mismatch_is_a_typed_failure() {
 fn plan_mode_denies_with_who_and_why() {
     let env = Env::new();
     env.write("wf.star", &workflow(&[node("a", "", r#"["true"]"#)], ""));
-    let out = env.command(&["workflow", "run", "wf.star", "--yes"]).env("RHO_PERMISSION_MODE", "plan").output().unwrap();
+    let out = env
+        .command(&["workflow", "run", "wf.star", "--yes"])
+        .env("RHO_PERMISSION_MODE", "plan")
+        .output()
+        .unwrap();
     assert_eq!(code(&out), 4, "denial exits 4: {}", text(&out));
     let id = Env::run_id(&out);
     let (state, _) = assert_snapshot_matches_journal(&env.run_dir(&id));
@@ -216,7 +334,10 @@ fn plan_mode_denies_with_who_and_why() {
     assert_eq!(denial.decided_by, "policy");
     assert_eq!(denial.mode, "plan");
     let status = text(&env.rho(&["workflow", "status", &id]));
-    assert!(status.contains("denied by policy") && status.contains("plan"), "{status}");
+    assert!(
+        status.contains("denied by policy") && status.contains("plan"),
+        "{status}"
+    );
 }
 
 #[test]
@@ -243,7 +364,11 @@ fn agent_node_without_runtime_fails_saying_so() {
         return;
     }
     assert_eq!(code(&out), 3, "{}", text(&out));
-    assert!(text(&out).contains("no agent runtime configured for agent default"), "{}", text(&out));
+    assert!(
+        text(&out).contains("no agent runtime configured for agent default"),
+        "{}",
+        text(&out)
+    );
 }
 
 #[test]
@@ -261,12 +386,18 @@ fn cancel_stops_the_tree_and_resume_runs_it_again() {
             "",
         ),
     );
-    let child = env.command(&["workflow", "run", "wf.star", "--yes"]).stdout(Stdio::piped()).spawn().unwrap();
+    let child = env
+        .command(&["workflow", "run", "wf.star", "--yes"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
     // Wait for the node to be launched.
     let deadline = Instant::now() + Duration::from_secs(20);
     let id = loop {
         if let Some(dir) = env.run_dirs().first()
-            && std::fs::read_to_string(dir.join("events.jsonl")).unwrap_or_default().contains("\"launched\"")
+            && std::fs::read_to_string(dir.join("events.jsonl"))
+                .unwrap_or_default()
+                .contains("\"launched\"")
             && env.ws.join("child.pid").exists()
         {
             break dir.file_name().unwrap().to_string_lossy().into_owned();
@@ -281,12 +412,21 @@ fn cancel_stops_the_tree_and_resume_runs_it_again() {
     assert!(answer["request_id"].is_string());
     let owner = child.wait_with_output().unwrap();
     assert_eq!(code(&owner), 5, "cancellation exits 5: {}", text(&owner));
-    let grandchild: i32 = std::fs::read_to_string(env.ws.join("child.pid")).unwrap().trim().parse().unwrap();
+    let grandchild: i32 = std::fs::read_to_string(env.ws.join("child.pid"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
     // Killed with its group; allow a moment for the reparented zombie to be reaped.
     let gone = Instant::now() + Duration::from_secs(5);
     let alive = |pid: i32| {
-        std::fs::read_to_string(format!("/proc/{pid}/stat"))
-            .is_ok_and(|s| !s.rsplit(')').next().unwrap_or("").trim_start().starts_with('Z'))
+        std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+            !s.rsplit(')')
+                .next()
+                .unwrap_or("")
+                .trim_start()
+                .starts_with('Z')
+        })
     };
     while alive(grandchild) && Instant::now() < gone {
         std::thread::sleep(Duration::from_millis(20));
@@ -294,7 +434,10 @@ fn cancel_stops_the_tree_and_resume_runs_it_again() {
     assert!(!alive(grandchild), "the background sleep must be gone");
     let (state, _) = assert_snapshot_matches_journal(&env.run_dir(&id));
     assert_eq!(state.root().node_state("s"), Some(NodeState::Cancellation));
-    assert_eq!(state.root().result.as_ref().unwrap().outcome, rho::workflow::state::Outcome::Cancellation);
+    assert_eq!(
+        state.root().result.as_ref().unwrap().outcome,
+        rho::workflow::state::Outcome::Cancellation
+    );
     assert!(state.cancel.as_ref().unwrap().acknowledged);
 
     let again = env.rho(&["workflow", "cancel", &id]);
@@ -306,29 +449,60 @@ fn cancel_stops_the_tree_and_resume_runs_it_again() {
     let (state, events) = assert_snapshot_matches_journal(&env.run_dir(&id));
     let task = &state.root().tasks["s"];
     assert_eq!(task.state, NodeState::Success);
-    assert_eq!(task.attempts.len(), 2, "resume gives the cancelled node attempt 2");
+    assert_eq!(
+        task.attempts.len(),
+        2,
+        "resume gives the cancelled node attempt 2"
+    );
     // The reopening is journaled before any task changes.
-    let reopen = events.iter().position(|e| matches!(e.kind, EventKind::ScopeReopened { .. })).unwrap();
-    let reset = events.iter().position(|e| matches!(&e.kind, EventKind::NodeStateChanged { state: NodeState::Pending, .. })).unwrap();
+    let reopen = events
+        .iter()
+        .position(|e| matches!(e.kind, EventKind::ScopeReopened { .. }))
+        .unwrap();
+    let reset = events
+        .iter()
+        .position(|e| {
+            matches!(
+                &e.kind,
+                EventKind::NodeStateChanged {
+                    state: NodeState::Pending,
+                    ..
+                }
+            )
+        })
+        .unwrap();
     assert!(reopen < reset);
 }
 
 #[test]
 fn sigterm_to_the_owner_cancels_and_says_how_to_resume() {
     let env = Env::new();
-    env.write("wf.star", &workflow(&[node("s", "", r#"["sleep", "30"]"#)], ""));
-    let child = env.command(&["workflow", "run", "wf.star", "--yes"]).stdout(Stdio::piped()).spawn().unwrap();
+    env.write(
+        "wf.star",
+        &workflow(&[node("s", "", r#"["sleep", "30"]"#)], ""),
+    );
+    let child = env
+        .command(&["workflow", "run", "wf.star", "--yes"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         if let Some(dir) = env.run_dirs().first()
-            && std::fs::read_to_string(dir.join("events.jsonl")).unwrap_or_default().contains("\"launched\"")
+            && std::fs::read_to_string(dir.join("events.jsonl"))
+                .unwrap_or_default()
+                .contains("\"launched\"")
         {
             break;
         }
         assert!(Instant::now() < deadline, "the node never launched");
         std::thread::sleep(Duration::from_millis(20));
     }
-    nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGTERM).unwrap();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
     let out = child.wait_with_output().unwrap();
     assert_eq!(code(&out), 5, "{}", text(&out));
     assert!(text(&out).contains("rho workflow resume"), "{}", text(&out));
@@ -344,15 +518,28 @@ fn dead_owner_is_detected_by_status_and_resume_needs_recovery() {
     env.write(
         "wf.star",
         &workflow(
-            &[node("s", "", &format!(r#"["sh", "-c", "if [ -e {m} ]; then exit 0; fi; touch {m}; exec sleep 30"]"#, m = marker.display()))],
+            &[node(
+                "s",
+                "",
+                &format!(
+                    r#"["sh", "-c", "if [ -e {m} ]; then exit 0; fi; touch {m}; exec sleep 30"]"#,
+                    m = marker.display()
+                ),
+            )],
             "",
         ),
     );
-    let mut child = env.command(&["workflow", "run", "wf.star", "--yes"]).stdout(Stdio::null()).spawn().unwrap();
+    let mut child = env
+        .command(&["workflow", "run", "wf.star", "--yes"])
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
     let deadline = Instant::now() + Duration::from_secs(20);
     let dir = loop {
         if let Some(dir) = env.run_dirs().first()
-            && std::fs::read_to_string(dir.join("events.jsonl")).unwrap_or_default().contains("\"launched\"")
+            && std::fs::read_to_string(dir.join("events.jsonl"))
+                .unwrap_or_default()
+                .contains("\"launched\"")
         {
             break dir.clone();
         }
@@ -365,10 +552,20 @@ fn dead_owner_is_detected_by_status_and_resume_needs_recovery() {
     let status = env.rho(&["workflow", "status", &id, "--output", "json"]);
     let doc: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap();
     assert_eq!(doc["lifecycle"], "needs_recovery", "{doc}");
-    assert!(doc["needs_recovery"][0].as_str().unwrap().contains("last known pid"), "{doc}");
+    assert!(
+        doc["needs_recovery"][0]
+            .as_str()
+            .unwrap()
+            .contains("last known pid"),
+        "{doc}"
+    );
     let resumed = env.rho(&["workflow", "resume", &id, "--yes"]);
     assert_eq!(code(&resumed), 7, "{}", text(&resumed));
-    assert!(text(&resumed).contains("--recover-uncertain"), "{}", text(&resumed));
+    assert!(
+        text(&resumed).contains("--recover-uncertain"),
+        "{}",
+        text(&resumed)
+    );
     // The exec guardian stops the orphaned tree; wait for it, then recover.
     let deadline = Instant::now() + Duration::from_secs(15);
     let recovered = loop {
@@ -381,8 +578,15 @@ fn dead_owner_is_detected_by_status_and_resume_needs_recovery() {
     assert_eq!(code(&recovered), 0, "{}", text(&recovered));
     let (state, _) = assert_snapshot_matches_journal(&dir);
     let task = &state.root().tasks["s"];
-    assert_eq!(task.attempts[0].phase, rho::workflow::state::AttemptPhase::InterruptedUncertain);
-    assert_eq!(task.state, NodeState::Success, "the recovery attempt ran; nothing inferred success");
+    assert_eq!(
+        task.attempts[0].phase,
+        rho::workflow::state::AttemptPhase::InterruptedUncertain
+    );
+    assert_eq!(
+        task.state,
+        NodeState::Success,
+        "the recovery attempt ran; nothing inferred success"
+    );
     assert_eq!(task.attempts.len(), 2);
 }
 
@@ -391,18 +595,38 @@ fn replaying_a_journal_reproduces_every_launch_decision() {
     let env = Env::new();
     let mut nodes = Vec::new();
     for i in 0..6 {
-        let needs = if i >= 2 { format!(", needs = [\"n{}\", \"n{}\"]", i - 1, i - 2) } else { String::new() };
-        let argv = if i == 3 { r#"["false"]"# } else { r#"["true"]"# };
-        nodes.push(node(&format!("n{i}"), &format!("{needs}{}", if i == 3 { ", allow_failure = True" } else { "" }), argv));
+        let needs = if i >= 2 {
+            format!(", needs = [\"n{}\", \"n{}\"]", i - 1, i - 2)
+        } else {
+            String::new()
+        };
+        let argv = if i == 3 {
+            r#"["false"]"#
+        } else {
+            r#"["true"]"#
+        };
+        nodes.push(node(
+            &format!("n{i}"),
+            &format!(
+                "{needs}{}",
+                if i == 3 { ", allow_failure = True" } else { "" }
+            ),
+            argv,
+        ));
     }
-    nodes.push(node("z", ", needs = [\"n3\"], when = condition.equals(status(\"n3\"), \"failure\")", r#"["true"]"#));
+    nodes.push(node(
+        "z",
+        ", needs = [\"n3\"], when = condition.equals(status(\"n3\"), \"failure\")",
+        r#"["true"]"#,
+    ));
     env.write("wf.star", &workflow(&nodes, ""));
     let out = env.rho(&["workflow", "run", "wf.star", "--yes"]);
     let id = Env::run_id(&out);
     let dir = env.run_dir(&id);
     let (_, events) = assert_snapshot_matches_journal(&dir);
     let bytes = std::fs::read(dir.join("program.cbor")).unwrap();
-    let program: rho_ipc::program::FrozenProgram = rho_ipc::canonical::from_canonical_bytes(&bytes).unwrap();
+    let program: rho_ipc::program::FrozenProgram =
+        rho_ipc::canonical::from_canonical_bytes(&bytes).unwrap();
     // Every maximal block of decisions and launch intents is exactly one scheduling pass over
     // the state before it.
     let mut state = State::empty();
@@ -410,11 +634,15 @@ fn replaying_a_journal_reproduces_every_launch_decision() {
     let mut passes = 0;
     while i < events.len() {
         let is_pass_event = |e: &Event| match &e.kind {
-            EventKind::NodeStateChanged { state, .. } => matches!(state, NodeState::Ready | NodeState::Skipped | NodeState::Blocked),
+            EventKind::NodeStateChanged { state, .. } => matches!(
+                state,
+                NodeState::Ready | NodeState::Skipped | NodeState::Blocked
+            ),
             EventKind::LaunchIntended { .. } => true,
             _ => false,
         };
-        if is_pass_event(&events[i]) && state.lifecycle == rho::workflow::state::Lifecycle::Running {
+        if is_pass_event(&events[i]) && state.lifecycle == rho::workflow::state::Lifecycle::Running
+        {
             let pass = scheduler::pass(&program, state.root());
             let mut j = i;
             while j < events.len() && is_pass_event(&events[j]) {
@@ -434,7 +662,13 @@ fn replaying_a_journal_reproduces_every_launch_decision() {
                     _ => None,
                 })
                 .collect();
-            assert_eq!(decided, pass.decisions.iter().map(|d| (d.node.clone(), d.state)).collect::<Vec<_>>());
+            assert_eq!(
+                decided,
+                pass.decisions
+                    .iter()
+                    .map(|d| (d.node.clone(), d.state))
+                    .collect::<Vec<_>>()
+            );
             assert_eq!(launched, pass.launches);
             for e in &events[i..j] {
                 apply(&mut state, e).unwrap();
@@ -459,13 +693,27 @@ fn two_owners_never_overlap_mutating_nodes() {
         r#"["sh", "-c", "echo start $$ >> {l}; sleep 0.05; echo end $$ >> {l}"]"#,
         l = log.display()
     );
-    let nodes: Vec<String> = (0..6).map(|i| node(&format!("m{i}"), "", &script)).collect();
+    let nodes: Vec<String> = (0..6)
+        .map(|i| node(&format!("m{i}"), "", &script))
+        .collect();
     env.write("wf.star", &workflow(&nodes, ""));
     let plan = env.rho(&["workflow", "plan", "wf.star"]);
     assert_eq!(code(&plan), 0, "{}", text(&plan));
-    let plan_id = String::from_utf8_lossy(&plan.stdout).lines().find_map(|l| l.strip_prefix("plan_id: ")).unwrap().to_owned();
-    let a = env.command(&["workflow", "run", &plan_id, "--yes"]).stdout(Stdio::null()).spawn().unwrap();
-    let b = env.command(&["workflow", "run", &plan_id, "--yes"]).stdout(Stdio::null()).spawn().unwrap();
+    let plan_id = String::from_utf8_lossy(&plan.stdout)
+        .lines()
+        .find_map(|l| l.strip_prefix("plan_id: "))
+        .unwrap()
+        .to_owned();
+    let a = env
+        .command(&["workflow", "run", &plan_id, "--yes"])
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let b = env
+        .command(&["workflow", "run", &plan_id, "--yes"])
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
     assert_eq!(code(&a.wait_with_output().unwrap()), 0);
     assert_eq!(code(&b.wait_with_output().unwrap()), 0);
     let stamps = std::fs::read_to_string(&log).unwrap();
@@ -473,7 +721,10 @@ fn two_owners_never_overlap_mutating_nodes() {
     assert_eq!(lines.len(), 24);
     for pair in lines.chunks(2) {
         let (s, e) = (pair[0], pair[1]);
-        assert!(s.starts_with("start ") && e.starts_with("end "), "interleaved: {stamps}");
+        assert!(
+            s.starts_with("start ") && e.starts_with("end "),
+            "interleaved: {stamps}"
+        );
         assert_eq!(s[6..], e[4..], "interleaved: {stamps}");
     }
     for dir in env.run_dirs() {
@@ -488,7 +739,11 @@ fn delete_refuses_an_owned_run_and_list_shows_runs() {
     let out = env.rho(&["workflow", "run", "wf.star", "--yes"]);
     let id = Env::run_id(&out);
     // Hold the run's lock as an owner would.
-    let lock = std::fs::OpenOptions::new().read(true).write(true).open(env.run_dir(&id).join("mutation.lock")).unwrap();
+    let lock = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(env.run_dir(&id).join("mutation.lock"))
+        .unwrap();
     let held = nix::fcntl::Flock::lock(lock, nix::fcntl::FlockArg::LockExclusiveNonblock).unwrap();
     let refused = env.rho(&["workflow", "delete", &id]);
     assert_ne!(code(&refused), 0, "{}", text(&refused));
@@ -496,7 +751,11 @@ fn delete_refuses_an_owned_run_and_list_shows_runs() {
     drop(held);
     let listed = env.rho(&["workflow", "list", "--runs", "--json"]);
     if code(&listed) == 0 {
-        assert!(String::from_utf8_lossy(&listed.stdout).contains(&id), "{}", text(&listed));
+        assert!(
+            String::from_utf8_lossy(&listed.stdout).contains(&id),
+            "{}",
+            text(&listed)
+        );
     }
     let deleted = env.rho(&["workflow", "delete", &id]);
     assert_eq!(code(&deleted), 0, "{}", text(&deleted));

@@ -234,8 +234,7 @@ fn io_err(path: &Path, action: &'static str, source: std::io::Error) -> JournalE
 pub fn now_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
-        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-        .unwrap_or(0)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
 /// The journal open for appending, held by the run's owner.

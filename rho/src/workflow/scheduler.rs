@@ -21,6 +21,7 @@ use std::collections::BTreeMap;
 use rho_ipc::data::Data;
 use rho_ipc::program::{
     Access, Condition, Execution, FrozenProgram, Node, NodeKind, Reference, SchedulerSettings,
+    Template,
 };
 
 use crate::workflow::state::{NodeState, Outcome, ScopeState};
@@ -179,7 +180,7 @@ fn truth(b: bool) -> Truth {
 pub fn template_references(node: &Node) -> Vec<&Reference> {
     match &node.execution {
         Execution::Agent { prompt, .. } => prompt.references().collect(),
-        Execution::Command { args, .. } => args.iter().flat_map(|a| a.references()).collect(),
+        Execution::Command { args, .. } => args.iter().flat_map(Template::references).collect(),
         Execution::Shell { .. } => Vec::new(),
     }
 }
@@ -372,6 +373,7 @@ pub fn outcome(program: &FrozenProgram, scope: &ScopeState) -> Option<Outcome> {
 }
 
 #[cfg(test)]
+#[allow(clippy::many_single_char_names)]
 pub(crate) mod tests {
     use super::*;
     use crate::workflow::state::{ScopeState, Task};

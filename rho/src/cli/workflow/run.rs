@@ -324,6 +324,7 @@ impl Progress {
         }
     }
 
+    #[allow(clippy::format_push_string, reason = "a few summary lines")]
     fn completed(&mut self, report: &RunReport) {
         let state = &report.state;
         let outcome = report.outcome.map(Outcome::as_str);
@@ -403,7 +404,7 @@ impl Progress {
 
 impl ProgressSink for Progress {
     fn created(&mut self, run_id: &str) {
-        self.run_id = run_id.to_owned();
+        run_id.clone_into(&mut self.run_id);
         if let Ok(home) = crate::paths::RhoHome::from_env() {
             self.run_dir = Some(home.workflows().join("runs").join(run_id));
         }
@@ -412,6 +413,10 @@ impl ProgressSink for Progress {
         }
     }
 
+    #[allow(
+        clippy::collapsible_match,
+        reason = "one arm per journal event reads best"
+    )]
     fn event(&mut self, event: &Event, state: &State) {
         let terminal_count = state
             .root()

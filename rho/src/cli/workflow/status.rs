@@ -45,7 +45,7 @@ pub fn run_status(args: &StatusArgs) -> CliResult {
     let text = match args.output {
         StatusOutput::Json => {
             let program = run.graph_json().map_err(|e| store_error(&e))?;
-            json_text(&status_json(&inspection, program))
+            json_text(&status_json(&inspection, &program))
         }
         StatusOutput::Text => status_text(&id, run.path(), &inspection),
     };
@@ -53,7 +53,7 @@ pub fn run_status(args: &StatusArgs) -> CliResult {
     Ok(ExitCode::Success)
 }
 
-fn status_json(inspection: &Inspection, graph: serde_json::Value) -> serde_json::Value {
+fn status_json(inspection: &Inspection, graph: &serde_json::Value) -> serde_json::Value {
     match &inspection.manifest {
         StoredManifest::Legacy(manifest) => json!({
             "manifest": manifest,

@@ -208,7 +208,7 @@ fn shared(
 
 fn own_identity() -> (i32, u64) {
     let pid = i32::try_from(std::process::id()).unwrap_or(i32::MAX);
-    let start = exec::process_start_time(pid).map(|(t, _)| t).unwrap_or(0);
+    let start = exec::process_start_time(pid).map_or(0, |(t, _)| t);
     (pid, start)
 }
 
@@ -615,6 +615,10 @@ pub fn request_cancel(
             lifecycle: state.lifecycle,
         });
     }
+    #[allow(
+        clippy::single_match_else,
+        reason = "reuse or create reads side by side"
+    )]
     let request_id = match run.read_cancel_request()? {
         Some(existing) => existing.request_id,
         None => {

@@ -374,6 +374,10 @@ impl<'p> Owner<'p> {
         self.record(EventKind::LifecycleChanged {
             lifecycle: Lifecycle::Completed,
         })?;
+        #[allow(
+            clippy::single_match_else,
+            reason = "the two closing paths read side by side"
+        )]
         match self.cancelling.clone() {
             Some(request_id) => {
                 self.checkpoint()?;

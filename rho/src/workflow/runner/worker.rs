@@ -377,7 +377,7 @@ fn run_agent(
                     Err(reason) => finished = Finished::failed(reason),
                 },
                 Err(e) => {
-                    finished = Finished::failed(format!("output does not match its schema: {e}"))
+                    finished = Finished::failed(format!("output does not match its schema: {e}"));
                 }
             },
             (Some(_), None) => finished = Finished::failed("the agent returned no output value"),

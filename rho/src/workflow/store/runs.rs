@@ -94,6 +94,7 @@ pub struct RunManifest {
 
 /// A manifest as found on disk: this build's format, or the format-1 shape of Rho 1.47,
 /// kept verbatim (listed, shown and deletable, never run).
+#[allow(clippy::large_enum_variant, reason = "one manifest per command")]
 #[derive(Debug, Clone, PartialEq)]
 pub enum StoredManifest {
     /// Format 2.

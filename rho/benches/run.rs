@@ -1,0 +1,172 @@
+//! Benchmark (not a test): 1,000 independent trivial command nodes and a 1,000-node chain
+//! through `rho workflow run FILE --yes`, against the same DAGs under `ninja -j1`; prints the
+//! ratio, the per-node cost at 200 vs 1,000 nodes, and the time of `status --output json` on
+//! the finished 1,000-node run. Run with `cargo bench -p rho --bench run` after building the
+//! release binaries (`cargo build --release -p rho -p rho-planner-worker`).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+fn bin_dir() -> PathBuf {
+    let exe = std::env::current_exe().unwrap_or_default();
+    // target/<profile>/deps/run-xxxx -> target/release
+    let target = exe
+        .ancestors()
+        .nth(3)
+        .map(Path::to_path_buf)
+        .unwrap_or_default();
+    target.join("release")
+}
+
+fn workflow(n: usize, chain: bool) -> String {
+    let mut nodes = Vec::with_capacity(n);
+    for i in 0..n {
+        let needs = if chain && i > 0 {
+            format!(", needs = [\"n{:04}\"]", i - 1)
+        } else {
+            String::new()
+        };
+        nodes.push(format!(
+            "command(name = \"n{i:04}\", argv = [\"true\"], cwd = \".\", timeout_seconds = 60, max_output_bytes = 1024{needs})"
+        ));
+    }
+    format!(
+        "def build(inputs):\n    return workflow(name = \"bench\", nodes = [{}])\n\nWORKFLOW = define(inputs = {{}}, build = build)\n",
+        nodes.join(",\n        ")
+    )
+}
+
+fn ninja_file(n: usize, chain: bool) -> String {
+    let mut out = String::from("rule t\n  command = true && touch $out\n");
+    for i in 0..n {
+        if chain && i > 0 {
+            out.push_str(&format!("build o{i}: t | o{}\n", i - 1));
+        } else {
+            out.push_str(&format!("build o{i}: t\n"));
+        }
+    }
+    out
+}
+
+struct Setup {
+    dir: tempfile::TempDir,
+}
+
+impl Setup {
+    fn new() -> Self {
+        let dir = tempfile::tempdir().expect("tempdir");
+        std::fs::create_dir(dir.path().join("ws")).expect("ws");
+        std::fs::create_dir(dir.path().join("home")).expect("home");
+        Setup { dir }
+    }
+    fn ws(&self) -> PathBuf {
+        self.dir
+            .path()
+            .join("ws")
+            .canonicalize()
+            .expect("canonical")
+    }
+    fn rho(&self, args: &[&str]) -> (Duration, std::process::Output) {
+        let bins = bin_dir();
+        let start = Instant::now();
+        let out = Command::new(bins.join("rho"))
+            .args(args)
+            .current_dir(self.ws())
+            .env_clear()
+            .env("RHO_HOME", self.dir.path().join("home"))
+            .env("PATH", "/usr/bin:/bin")
+            .env("RHO_PLANNER_WORKER", bins.join("rho-planner-worker"))
+            .output()
+            .expect("rho runs");
+        (start.elapsed(), out)
+    }
+}
+
+/// Plans (untimed), then times `run PLAN --yes`. Returns (seconds, run id).
+fn time_rho(n: usize, chain: bool) -> (f64, String, Setup) {
+    let setup = Setup::new();
+    std::fs::write(setup.ws().join("wf.star"), workflow(n, chain)).expect("write");
+    let (_, plan) = setup.rho(&["workflow", "plan", "wf.star"]);
+    assert!(
+        plan.status.success(),
+        "plan failed: {}",
+        String::from_utf8_lossy(&plan.stderr)
+    );
+    let plan_id = String::from_utf8_lossy(&plan.stdout)
+        .lines()
+        .find_map(|l| l.strip_prefix("plan_id: "))
+        .expect("plan id")
+        .to_owned();
+    let (elapsed, out) = setup.rho(&["workflow", "run", &plan_id, "--yes"]);
+    assert!(
+        out.status.success(),
+        "run failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let run_id = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .find_map(|l| l.strip_prefix("run_id: "))
+        .expect("run id")
+        .to_owned();
+    (elapsed.as_secs_f64(), run_id, setup)
+}
+
+fn time_ninja(n: usize, chain: bool) -> Option<f64> {
+    let dir = tempfile::tempdir().ok()?;
+    std::fs::write(dir.path().join("build.ninja"), ninja_file(n, chain)).ok()?;
+    let start = Instant::now();
+    let out = Command::new("ninja")
+        .arg("-j1")
+        .arg("-C")
+        .arg(dir.path())
+        .output()
+        .ok()?;
+    out.status.success().then(|| start.elapsed().as_secs_f64())
+}
+
+fn main() {
+    if !bin_dir().join("rho").exists() || !bin_dir().join("rho-planner-worker").exists() {
+        println!(
+            "skipping: build release binaries first: cargo build --release -p rho -p rho-planner-worker"
+        );
+        return;
+    }
+    let ninja = Command::new("ninja")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !ninja {
+        println!(
+            "ninja not found: install it with `apt-get install -y ninja-build`; rho figures only"
+        );
+    }
+    for (label, chain) in [("independent", false), ("chain", true)] {
+        let (rho_1000, run_id, setup) = time_rho(1000, chain);
+        let (rho_200, _, _) = time_rho(200, chain);
+        println!(
+            "{label}: rho 1000 nodes {rho_1000:.2}s ({:.2} ms/node); 200 nodes {rho_200:.2}s ({:.2} ms/node); per-node ratio 1000/200 = {:.2}",
+            rho_1000 / 1000.0 * 1000.0,
+            rho_200 / 200.0 * 1000.0,
+            (rho_1000 / 1000.0) / (rho_200 / 200.0)
+        );
+        if ninja && let Some(n) = time_ninja(1000, chain) {
+            println!(
+                "{label}: ninja -j1 1000 nodes {n:.2}s; rho/ninja = {:.2}",
+                rho_1000 / n
+            );
+        }
+        if !chain {
+            let mut best = f64::MAX;
+            for _ in 0..5 {
+                let (t, out) = setup.rho(&["workflow", "status", &run_id, "--output", "json"]);
+                assert!(out.status.success());
+                best = best.min(t.as_secs_f64());
+            }
+            println!(
+                "status --output json on the 1000-node run: {:.1} ms (best of 5)",
+                best * 1000.0
+            );
+        }
+    }
+}
