@@ -48,7 +48,12 @@ impl Sandbox {
         for dir in [&user_home, &workspace] {
             std::fs::create_dir_all(dir).expect("create dir");
         }
-        Self { _root: root, home, user_home, workspace }
+        Self {
+            _root: root,
+            home,
+            user_home,
+            workspace,
+        }
     }
 
     /// Writes a file under the workspace, creating parents.
