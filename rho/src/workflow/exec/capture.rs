@@ -1,0 +1,508 @@
+//! Supervision of a started command: bounded stream capture, timeout and cancellation, and
+//! the stop sequence for the whole process group.
+//!
+//! Invariant: the leader is reaped only after its group was sent SIGKILL and released from
+//! the guardian, so the group id cannot be reused while anything still signals it; and the
+//! streams are drained until every holder has closed them (or a bounded time after SIGKILL,
+//! for a holder that escaped the group).
+
+use std::ffi::{CString, OsString};
+use std::fs::{File, OpenOptions};
+use std::io::{self, Read as _, Write as _};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::unix::ffi::OsStringExt as _;
+use std::os::unix::fs::OpenOptionsExt as _;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use nix::errno::Errno;
+use nix::fcntl::OFlag;
+use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+use nix::sys::signal::{Signal, killpg};
+use nix::sys::wait::{Id, WaitPidFlag, WaitStatus, waitid};
+use nix::unistd::{Pid, pipe2};
+use sha2::{Digest as _, Sha256};
+
+use super::liveness::process_start_time;
+use super::spawner::{self, LaunchRequest, above_stdio};
+use super::verify::Verified;
+use super::{
+    CANCEL_POLL, CancelToken, CommandExit, CommandOutcome, CommandSpec, ExecError, ProcessIdentity,
+    StreamArtifact,
+};
+
+/// Read size per wake-up of a stream.
+const READ_CHUNK: usize = 64 * 1024;
+/// Poll interval for the leader's exit when the kernel has no pidfd.
+const NO_PIDFD_POLL: Duration = Duration::from_millis(10);
+
+/// A started command under supervision.
+#[derive(Debug)]
+pub(super) struct Supervised {
+    process: ProcessIdentity,
+    pidfd: Option<OwnedFd>,
+    stdout: Stream,
+    stderr: Stream,
+    started: Instant,
+    deadline: Instant,
+    cancel: CancelToken,
+    grace: Duration,
+    /// Kills and reaps the group when the command is dropped unwaited.
+    guard: GroupGuard,
+    // Kept open until the end: the sealed files and directory the child was launched from.
+    _launch: Verified,
+}
+
+/// Why the group is being stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum StopReason {
+    Timeout,
+    Cancelled,
+    /// The leader exited while something else still held its streams.
+    LeaderExited,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Phase {
+    Running,
+    /// SIGTERM sent; SIGKILL at `kill_at`.
+    Terminating {
+        reason: StopReason,
+        kill_at: Instant,
+    },
+    /// SIGKILL sent; give up on the streams at `drain_until`.
+    Killed {
+        reason: StopReason,
+        drain_until: Instant,
+    },
+}
+
+impl Phase {
+    fn reason(self) -> Option<StopReason> {
+        match self {
+            Phase::Running => None,
+            Phase::Terminating { reason, .. } | Phase::Killed { reason, .. } => Some(reason),
+        }
+    }
+}
+
+/// One captured stream: a pipe read end and its bounded artifact.
+#[derive(Debug)]
+struct Stream {
+    pipe: Option<File>,
+    sink: File,
+    path: PathBuf,
+    max: u64,
+    retained: u64,
+    observed: u64,
+    reached_end: bool,
+    write_failed: bool,
+    hasher: Sha256,
+}
+
+impl Stream {
+    fn new(pipe: OwnedFd, path: &Path, max: u64) -> Result<Self, ExecError> {
+        let sink = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(path)
+            .map_err(|source| ExecError::Artifact {
+                path: path.to_owned(),
+                source,
+            })?;
+        Ok(Self {
+            pipe: Some(File::from(pipe)),
+            sink,
+            path: path.to_owned(),
+            max,
+            retained: 0,
+            observed: 0,
+            reached_end: false,
+            write_failed: false,
+            hasher: Sha256::new(),
+        })
+    }
+
+    /// One read after the pipe became readable.
+    fn read_once(&mut self, buf: &mut [u8]) {
+        let Some(pipe) = self.pipe.as_mut() else {
+            return;
+        };
+        match pipe.read(buf) {
+            Ok(0) => {
+                self.reached_end = true;
+                self.pipe = None;
+            }
+            Ok(n) => self.keep(&buf[..n]),
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::Interrupted | io::ErrorKind::WouldBlock
+                ) => {}
+            Err(e) => {
+                tracing::warn!(path = %self.path.display(), "reading command output failed: {e}");
+                self.pipe = None;
+            }
+        }
+    }
+
+    fn keep(&mut self, bytes: &[u8]) {
+        self.observed += bytes.len() as u64;
+        if self.write_failed || self.retained >= self.max {
+            return;
+        }
+        let room = usize::try_from(self.max - self.retained).unwrap_or(usize::MAX);
+        let kept = &bytes[..bytes.len().min(room)];
+        match self.sink.write_all(kept) {
+            Ok(()) => {
+                self.hasher.update(kept);
+                self.retained += kept.len() as u64;
+            }
+            Err(e) => {
+                // Whatever reached the file before the error is unknown: stop retaining, and
+                // the artifact reports truncation.
+                tracing::warn!(path = %self.path.display(), "writing output artifact failed: {e}");
+                self.write_failed = true;
+            }
+        }
+    }
+
+    fn finish(self) -> StreamArtifact {
+        let digest: [u8; 32] = self.hasher.finalize().into();
+        StreamArtifact {
+            path: self.path,
+            retained_bytes: self.retained,
+            observed_bytes: self.observed,
+            truncated: self.observed > self.retained || self.write_failed,
+            reached_end: self.reached_end,
+            sha256: format!("sha256:{}", rho_ipc::digest::hex(&digest)),
+        }
+    }
+}
+
+fn c_string(bytes: Vec<u8>, field: impl FnOnce() -> String) -> Result<CString, ExecError> {
+    CString::new(bytes).map_err(|_| ExecError::InvalidArgument {
+        field: field(),
+        reason: "contains a NUL byte",
+    })
+}
+
+/// Builds `argv` and `envp` as C strings (before anything is started).
+fn exec_strings(
+    launch: &Verified,
+    spec: &CommandSpec,
+) -> Result<(Vec<CString>, Vec<CString>), ExecError> {
+    if spec.argv.is_empty() {
+        return Err(ExecError::InvalidArgument {
+            field: "argv".to_owned(),
+            reason: "is empty (argv[0] is required)",
+        });
+    }
+    let mut argv = Vec::with_capacity(spec.argv.len() + launch.interpreter_argv.len() + 1);
+    if let Some(script) = &launch.script {
+        for (i, arg) in launch.interpreter_argv.iter().enumerate() {
+            argv.push(c_string(arg.clone().into_vec(), || {
+                format!("interpreter argv[{i}]")
+            })?);
+        }
+        let handle = format!("/proc/self/fd/{}", script.raw_fd());
+        argv.push(c_string(handle.into_bytes(), || {
+            "script handle".to_owned()
+        })?);
+        for (i, arg) in spec.argv.iter().enumerate().skip(1) {
+            argv.push(c_string(arg.clone().into_vec(), || format!("argv[{i}]"))?);
+        }
+    } else {
+        for (i, arg) in spec.argv.iter().enumerate() {
+            argv.push(c_string(arg.clone().into_vec(), || format!("argv[{i}]"))?);
+        }
+    }
+    let mut envp = Vec::with_capacity(spec.env.len());
+    for (name, value) in &spec.env {
+        let shown = || format!("environment variable {}", name.to_string_lossy());
+        let name_bytes = name.as_encoded_bytes();
+        if name_bytes.is_empty() || name_bytes.contains(&b'=') {
+            return Err(ExecError::InvalidArgument {
+                field: shown(),
+                reason: "a name must be non-empty and contain no `=`",
+            });
+        }
+        let mut entry: OsString = name.clone();
+        entry.push("=");
+        entry.push(value);
+        envp.push(c_string(entry.into_vec(), shown)?);
+    }
+    Ok((argv, envp))
+}
+
+/// Creates the artifacts and pipes, launches through the spawner, and returns the
+/// supervised command.
+pub(super) fn start(launch: Verified, spec: CommandSpec) -> Result<Supervised, ExecError> {
+    let (argv, envp) = exec_strings(&launch, &spec)?;
+    let setup = |what: &'static str| move |e: io::Error| ExecError::Setup { what, source: e };
+    let stdin = above_stdio(OwnedFd::from(
+        File::open("/dev/null").map_err(setup("/dev/null"))?,
+    ))
+    .map_err(setup("/dev/null"))?;
+    let (out_r, out_w) = pipe2(OFlag::O_CLOEXEC).map_err(|e| setup("stdout pipe")(e.into()))?;
+    let (err_r, err_w) = pipe2(OFlag::O_CLOEXEC).map_err(|e| setup("stderr pipe")(e.into()))?;
+    let out_w = above_stdio(out_w).map_err(setup("stdout pipe"))?;
+    let err_w = above_stdio(err_w).map_err(setup("stderr pipe"))?;
+    let stdout = Stream::new(out_r, &spec.stdout_path, spec.max_output_bytes)?;
+    let stderr = Stream::new(err_r, &spec.stderr_path, spec.max_output_bytes)?;
+    let request = LaunchRequest {
+        argv,
+        envp,
+        exec_fd: launch.program.raw_fd(),
+        script_fd: launch.script.as_ref().map(|s| s.raw_fd()),
+        cwd_fd: launch.cwd.as_raw_fd(),
+        stdin_fd: stdin.as_raw_fd(),
+        stdout_fd: out_w.as_raw_fd(),
+        stderr_fd: err_w.as_raw_fd(),
+    };
+    let started = Instant::now();
+    let child = spawner::launch(request)?;
+    // Only the child holds the write ends now, so end of file means every holder is gone.
+    drop((stdin, out_w, err_w));
+    let guard = GroupGuard {
+        pgid: child.pid,
+        slot: Some(child.slot),
+    };
+    let start_time_ticks = match process_start_time(child.pid) {
+        Ok((ticks, _)) => ticks,
+        Err(source) => {
+            drop(guard);
+            return Err(ExecError::Setup {
+                what: "reading the child's start time",
+                source,
+            });
+        }
+    };
+    let process = ProcessIdentity {
+        pid: child.pid,
+        pgid: child.pid,
+        start_time_ticks,
+    };
+    tracing::debug!(pid = child.pid, "command started");
+    Ok(Supervised {
+        process,
+        pidfd: child.pidfd,
+        stdout,
+        stderr,
+        started,
+        deadline: started
+            .checked_add(spec.timeout)
+            .unwrap_or(started + Duration::from_secs(1 << 40)),
+        cancel: spec.cancel,
+        grace: spec.kill_grace,
+        guard,
+        _launch: launch,
+    })
+}
+
+/// Kills the group, releases it from the guardian and reaps the leader.
+fn stop_and_reap(pgid: i32, slot: spawner::GuardSlot) -> Option<libc::c_int> {
+    signal_group(pgid, Signal::SIGKILL);
+    slot.release();
+    spawner::reap_blocking(pgid)
+}
+
+fn signal_group(pgid: i32, signal: Signal) {
+    match killpg(Pid::from_raw(pgid), signal) {
+        Ok(()) | Err(Errno::ESRCH) => {}
+        Err(e) => tracing::warn!(pgid, "cannot send {signal} to process group {pgid}: {e}"),
+    }
+}
+
+/// Remaining time until `at`, rounded up to whole milliseconds.
+fn until(at: Instant, now: Instant) -> Duration {
+    let left = at.saturating_duration_since(now);
+    let ms = left.as_nanos().div_ceil(1_000_000);
+    Duration::from_millis(u64::try_from(ms).unwrap_or(u64::MAX))
+}
+
+impl Supervised {
+    pub(super) fn process(&self) -> ProcessIdentity {
+        self.process
+    }
+
+    /// Non-blocking check of the leader; `Some` once it has exited (not reaped).
+    fn leader_status(&self) -> Option<WaitStatus> {
+        let flags = WaitPidFlag::WEXITED | WaitPidFlag::WNOWAIT | WaitPidFlag::WNOHANG;
+        match waitid(Id::Pid(Pid::from_raw(self.process.pid)), flags) {
+            Ok(WaitStatus::StillAlive) | Err(Errno::EINTR) => None,
+            Ok(status) => Some(status),
+            // The leader cannot be observed any more (reaped elsewhere): treat it as gone,
+            // with an unknown status that classifies as abnormal.
+            Err(e) => {
+                tracing::warn!(pid = self.process.pid, "waitid failed: {e}");
+                Some(WaitStatus::StillAlive)
+            }
+        }
+    }
+
+    pub(super) fn wait(mut self) -> CommandOutcome {
+        let pgid = self.process.pgid;
+        let mut buf = vec![0_u8; READ_CHUNK];
+        let mut phase = Phase::Running;
+        let mut leader: Option<WaitStatus> = None;
+        loop {
+            let now = Instant::now();
+            let streams_open = self.stdout.pipe.is_some() || self.stderr.pipe.is_some();
+            if leader.is_some() && !streams_open {
+                break;
+            }
+            phase = match phase {
+                Phase::Running if leader.is_some() => self.terminate(StopReason::LeaderExited, now),
+                Phase::Running if self.cancel.is_cancelled() => {
+                    self.terminate(StopReason::Cancelled, now)
+                }
+                Phase::Running if now >= self.deadline => self.terminate(StopReason::Timeout, now),
+                Phase::Terminating { reason, kill_at } if now >= kill_at => {
+                    signal_group(pgid, Signal::SIGKILL);
+                    Phase::Killed {
+                        reason,
+                        drain_until: now + self.grace,
+                    }
+                }
+                Phase::Killed { drain_until, .. } if now >= drain_until => {
+                    if leader.is_none() {
+                        // SIGKILL cannot be ignored: a leader still running here is stuck in
+                        // the kernel; keep waiting for it but stop reading.
+                        leader = self.leader_status();
+                    }
+                    if streams_open {
+                        tracing::warn!(
+                            pgid,
+                            "a process outside group {pgid} still holds the command's output; \
+                             closing the streams"
+                        );
+                        self.stdout.pipe = None;
+                        self.stderr.pipe = None;
+                    }
+                    if leader.is_some() {
+                        break;
+                    }
+                    phase
+                }
+                other => other,
+            };
+            let wake_at = match phase {
+                Phase::Running => self.deadline,
+                Phase::Terminating { kill_at, .. } => kill_at,
+                Phase::Killed { drain_until, .. } => drain_until,
+            };
+            // Past the last deadline (streams given up, leader not yet gone) only the
+            // leader's exit is awaited: poll at the cancellation pace, never spin.
+            let mut timeout = if wake_at > now {
+                until(wake_at, now)
+            } else {
+                CANCEL_POLL
+            };
+            timeout = timeout.min(CANCEL_POLL);
+            if self.pidfd.is_none() && leader.is_none() {
+                timeout = timeout.min(NO_PIDFD_POLL);
+            }
+            let (out_ready, err_ready, exited) = self.poll_once(timeout, leader.is_none());
+            if out_ready {
+                self.stdout.read_once(&mut buf);
+            }
+            if err_ready {
+                self.stderr.read_once(&mut buf);
+            }
+            if leader.is_none() && (exited || self.pidfd.is_none()) {
+                leader = self.leader_status();
+            }
+        }
+        // Anything left in the group (a background process that closed its streams) goes
+        // now, before the leader's pid, and so the group id, can be reused.
+        let reaped = self
+            .guard
+            .slot
+            .take()
+            .and_then(|slot| stop_and_reap(pgid, slot));
+        let exit = match (phase.reason(), leader, reaped) {
+            (Some(StopReason::Cancelled), ..) => CommandExit::Cancelled,
+            (Some(StopReason::Timeout), ..) => CommandExit::Timeout,
+            (_, Some(WaitStatus::Exited(_, code)), _) => CommandExit::Code(code),
+            (_, Some(WaitStatus::Signaled(_, signal, _)), _) => CommandExit::Signal(signal as i32),
+            (_, _, Some(status)) if libc::WIFEXITED(status) => {
+                CommandExit::Code(libc::WEXITSTATUS(status))
+            }
+            (_, _, Some(status)) if libc::WIFSIGNALED(status) => {
+                CommandExit::Signal(libc::WTERMSIG(status))
+            }
+            (_, status, _) => {
+                CommandExit::Abnormal(format!("cannot determine how pid {pgid} ended: {status:?}"))
+            }
+        };
+        let duration = self.started.elapsed();
+        CommandOutcome {
+            exit,
+            process: self.process,
+            stdout: self.stdout.finish(),
+            stderr: self.stderr.finish(),
+            duration,
+        }
+    }
+
+    fn terminate(&self, reason: StopReason, now: Instant) -> Phase {
+        tracing::debug!(pgid = self.process.pgid, ?reason, "stopping command group");
+        signal_group(self.process.pgid, Signal::SIGTERM);
+        Phase::Terminating {
+            reason,
+            kill_at: now + self.grace,
+        }
+    }
+
+    /// Polls the open streams and the pidfd; returns which are ready.
+    fn poll_once(&self, timeout: Duration, watch_leader: bool) -> (bool, bool, bool) {
+        let ready = PollFlags::POLLIN | PollFlags::POLLHUP | PollFlags::POLLERR;
+        let mut fds: Vec<PollFd<'_>> = Vec::with_capacity(3);
+        let mut slots = [usize::MAX; 3];
+        if let Some(pipe) = &self.stdout.pipe {
+            slots[0] = fds.len();
+            fds.push(PollFd::new(pipe.as_fd(), PollFlags::POLLIN));
+        }
+        if let Some(pipe) = &self.stderr.pipe {
+            slots[1] = fds.len();
+            fds.push(PollFd::new(pipe.as_fd(), PollFlags::POLLIN));
+        }
+        if watch_leader && let Some(pidfd) = &self.pidfd {
+            slots[2] = fds.len();
+            fds.push(PollFd::new(pidfd.as_fd(), PollFlags::POLLIN));
+        }
+        let ms = u16::try_from(timeout.as_millis()).unwrap_or(u16::MAX);
+        match poll(&mut fds, PollTimeout::from(ms)) {
+            Ok(_) | Err(Errno::EINTR) => {}
+            Err(e) => {
+                tracing::warn!("poll on command streams failed: {e}");
+                std::thread::sleep(NO_PIDFD_POLL);
+            }
+        }
+        let is_ready = |slot: usize| {
+            fds.get(slot)
+                .and_then(PollFd::revents)
+                .is_some_and(|r| r.intersects(ready))
+        };
+        (is_ready(slots[0]), is_ready(slots[1]), is_ready(slots[2]))
+    }
+}
+
+/// Kills and reaps the group if supervision ends without `wait` (the command is dropped).
+#[derive(Debug)]
+struct GroupGuard {
+    pgid: i32,
+    /// `None` once the group was stopped and its leader reaped.
+    slot: Option<spawner::GuardSlot>,
+}
+
+impl Drop for GroupGuard {
+    fn drop(&mut self) {
+        if let Some(slot) = self.slot.take() {
+            stop_and_reap(self.pgid, slot);
+        }
+    }
+}

@@ -1,0 +1,436 @@
+//! Launches frozen command and shell nodes through verified handles, and supervises them
+//! until every process of the node is gone.
+//!
+//! [`verify`] opens the executable, its interpreter (for a script) and the working directory
+//! without following symbolic links, compares each with its frozen identity, and copies the
+//! executable bytes into sealed in-memory files while hashing exactly the bytes it copies.
+//! [`spawn`] starts the command from those handles (`fchdir` on the verified directory,
+//! `execveat` on the sealed copy), in its own process group, with stdin on `/dev/null` and
+//! stdout/stderr on pipes. [`RunningCommand::wait`] captures bounded artifacts, enforces the
+//! timeout and cancellation by stopping the whole group (TERM, grace, KILL), and reaps.
+//!
+//! Invariant: between the identity check and `execveat`, no path is resolved again, and what
+//! runs is a sealed copy of bytes whose digest matched the frozen one; so replacing, swapping
+//! or rewriting a file after the check can never select other code. A node's process group is
+//! killed before its leader is reaped, and never outlives the process that owns it (a
+//! parent-death signal set from one long-lived spawner thread, plus a guardian process that
+//! kills every registered group when the owner disappears).
+//!
+//! Frozen command execution is implemented for Linux only; elsewhere it fails closed.
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use rho_ipc::program::EnvironmentPolicy;
+use serde::{Deserialize, Serialize};
+
+#[cfg(target_os = "linux")]
+mod capture;
+#[cfg(target_os = "linux")]
+mod liveness;
+#[cfg(target_os = "linux")]
+mod spawner;
+#[cfg(target_os = "linux")]
+mod verify;
+
+#[cfg(target_os = "linux")]
+pub use liveness::{group_alive, process_alive, process_start_time};
+#[cfg(target_os = "linux")]
+pub use verify::verify;
+
+/// The grace period between SIGTERM and SIGKILL when a node's group is stopped.
+pub const DEFAULT_KILL_GRACE: Duration = Duration::from_secs(2);
+
+/// Why a frozen identity could not be verified; the node fails closed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum VerifyError {
+    /// This target has no verified-handle launch.
+    #[error("frozen command execution is unsupported on this target ({target})")]
+    Unsupported {
+        /// The operating system name.
+        target: &'static str,
+    },
+    /// The workspace path is not absolute or could not be opened without following links.
+    #[error("workspace {path} cannot be opened without following symbolic links")]
+    Workspace {
+        /// The workspace path.
+        path: String,
+        /// What went wrong.
+        #[source]
+        source: crate::workflow::identity::IdentityError,
+    },
+    /// A frozen file or directory could not be opened without following links.
+    #[error("{role} {path} cannot be opened")]
+    Open {
+        /// `executable`, `interpreter` or `working directory`.
+        role: &'static str,
+        /// The frozen path.
+        path: String,
+        /// What went wrong (symbolic link, missing, not a directory ...).
+        #[source]
+        source: crate::workflow::identity::IdentityError,
+    },
+    /// The file or directory differs from its frozen identity.
+    #[error("{role} {path} changed: {what}")]
+    Changed {
+        /// `executable`, `interpreter` or `working directory`.
+        role: &'static str,
+        /// The frozen path.
+        path: String,
+        /// What changed, with the expected and found values.
+        what: String,
+    },
+    /// The verified file would make the kernel resolve an interpreter by path (a `#!` line
+    /// that was not frozen, or an interpreter that is itself a script).
+    #[error("{role} {path} starts with `#!` but no interpreter is frozen for it")]
+    UnfrozenInterpreter {
+        /// `executable` or `interpreter`.
+        role: &'static str,
+        /// The frozen path.
+        path: String,
+    },
+    /// Reading, copying or sealing the verified bytes failed.
+    #[error("cannot copy {role} {path} into a sealed in-memory file")]
+    Seal {
+        /// `executable` or `interpreter`.
+        role: &'static str,
+        /// The frozen path.
+        path: String,
+        /// The underlying error.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// Why a verified command could not be started.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ExecError {
+    /// This target has no verified-handle launch.
+    #[error("frozen command execution is unsupported on this target ({target})")]
+    Unsupported {
+        /// The operating system name.
+        target: &'static str,
+    },
+    /// An argument or environment entry cannot be passed to `execve`.
+    #[error("invalid {field}: {reason}")]
+    InvalidArgument {
+        /// `argv[N]` or `environment variable NAME`.
+        field: String,
+        /// Why it was refused.
+        reason: &'static str,
+    },
+    /// An output artifact file could not be created.
+    #[error("cannot create output artifact {path}")]
+    Artifact {
+        /// The artifact path.
+        path: PathBuf,
+        /// The underlying error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A pipe, `/dev/null` or process descriptor could not be set up.
+    #[error("cannot prepare the launch: {what}")]
+    Setup {
+        /// What was being prepared.
+        what: &'static str,
+        /// The underlying error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The spawner thread or the guardian process is gone.
+    #[error("the executor's spawner is unavailable: {reason}")]
+    SpawnerUnavailable {
+        /// Why.
+        reason: String,
+    },
+    /// The child failed between `fork` and `execveat`.
+    #[error("launch failed at {stage}: {source}")]
+    Launch {
+        /// The step that failed (`execveat`, `fchdir` ...).
+        stage: &'static str,
+        /// The error number the child saw.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// A cancellation flag shared between the runner and a waiting command or lock.
+///
+/// Cancelling is sticky; waiters notice within [`CANCEL_POLL`].
+#[derive(Debug, Clone, Default)]
+pub struct CancelToken(Arc<AtomicBool>);
+
+/// How often a blocked wait re-checks its [`CancelToken`].
+pub const CANCEL_POLL: Duration = Duration::from_millis(20);
+
+impl CancelToken {
+    /// A token that is not cancelled.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Requests cancellation of everything holding this token.
+    pub fn cancel(&self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
+
+    /// Whether cancellation was requested.
+    pub fn is_cancelled(&self) -> bool {
+        self.0.load(Ordering::SeqCst)
+    }
+}
+
+/// What to run and how to bound it, once the identities are verified.
+#[derive(Debug, Clone)]
+pub struct CommandSpec {
+    /// `argv[0]` (the display name as written) and the rendered arguments. For a shell node:
+    /// `[executable, arguments..., command]`. For a script, `argv[0]` is replaced by the
+    /// verified script handle (`/proc/self/fd/N`) after the interpreter and its arguments.
+    pub argv: Vec<OsString>,
+    /// The complete environment of the child, already filtered by the frozen policy.
+    pub env: Vec<(OsString, OsString)>,
+    /// Wall-time limit; the group is stopped when it passes.
+    pub timeout: Duration,
+    /// Bytes retained per stream; every byte is still counted.
+    pub max_output_bytes: u64,
+    /// Where the retained stdout goes (created; must not exist yet).
+    pub stdout_path: PathBuf,
+    /// Where the retained stderr goes (created; must not exist yet).
+    pub stderr_path: PathBuf,
+    /// Stops the whole group when cancelled.
+    pub cancel: CancelToken,
+    /// Time between SIGTERM and SIGKILL when the group is stopped.
+    pub kill_grace: Duration,
+}
+
+impl CommandSpec {
+    /// A spec with a fresh cancellation token and [`DEFAULT_KILL_GRACE`].
+    pub fn new(
+        argv: Vec<OsString>,
+        env: Vec<(OsString, OsString)>,
+        timeout: Duration,
+        max_output_bytes: u64,
+        stdout_path: PathBuf,
+        stderr_path: PathBuf,
+    ) -> Self {
+        Self {
+            argv,
+            env,
+            timeout,
+            max_output_bytes,
+            stdout_path,
+            stderr_path,
+            cancel: CancelToken::new(),
+            kill_grace: DEFAULT_KILL_GRACE,
+        }
+    }
+}
+
+/// The owner's environment filtered by a frozen policy, in the owner's order.
+pub fn filtered_environment(policy: &EnvironmentPolicy) -> Vec<(OsString, OsString)> {
+    std::env::vars_os()
+        .filter(|(name, _)| !policy.excludes(&name.to_string_lossy()))
+        .collect()
+}
+
+/// How a process of an attempt can be recognised later (journaled before the runner relies
+/// on it): the pid alone may be reused, pid plus start time may not.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProcessIdentity {
+    /// The leader's pid.
+    pub pid: i32,
+    /// The node's process group (equal to `pid`).
+    pub pgid: i32,
+    /// Field 22 of `/proc/<pid>/stat`: start time in clock ticks after boot.
+    pub start_time_ticks: u64,
+}
+
+/// How a command ended.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", content = "value", rename_all = "snake_case")]
+pub enum CommandExit {
+    /// The leader exited with this code.
+    Code(i32),
+    /// The leader was killed by this signal.
+    Signal(i32),
+    /// The timeout passed; the group was stopped.
+    Timeout,
+    /// Cancellation was requested; the group was stopped.
+    Cancelled,
+    /// Supervision failed; the reason says how.
+    Abnormal(String),
+}
+
+/// One captured output stream.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StreamArtifact {
+    /// The artifact file.
+    pub path: PathBuf,
+    /// Bytes written to the artifact (at most `max_output_bytes`).
+    pub retained_bytes: u64,
+    /// Bytes the command wrote to the stream.
+    pub observed_bytes: u64,
+    /// Whether bytes were dropped (`observed_bytes > retained_bytes`).
+    pub truncated: bool,
+    /// Whether the stream was read to its end (false only when a process that escaped the
+    /// group kept it open after the group was killed).
+    pub reached_end: bool,
+    /// `sha256:<hex>` of the retained bytes.
+    pub sha256: String,
+}
+
+impl StreamArtifact {
+    /// Everything observed was retained and the stream was read to its end.
+    pub fn is_complete(&self) -> bool {
+        !self.truncated && self.reached_end
+    }
+}
+
+/// Everything the runner journals about a finished command.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CommandOutcome {
+    /// How it ended.
+    pub exit: CommandExit,
+    /// The leader's process identity.
+    pub process: ProcessIdentity,
+    /// Captured stdout.
+    pub stdout: StreamArtifact,
+    /// Captured stderr.
+    pub stderr: StreamArtifact,
+    /// Wall time from launch to the end of supervision.
+    pub duration: Duration,
+}
+
+/// Verified handles, ready to launch. Dropping it closes them.
+#[derive(Debug)]
+pub struct VerifiedLaunch {
+    #[cfg(target_os = "linux")]
+    inner: verify::Verified,
+    #[cfg(not(target_os = "linux"))]
+    inner: std::convert::Infallible,
+}
+
+impl VerifiedLaunch {
+    /// `sha256:<hex>` of the executable bytes that will run (the script, for a script).
+    pub fn executable_sha256(&self) -> &str {
+        #[cfg(target_os = "linux")]
+        return self.inner.executable_sha256();
+        #[cfg(not(target_os = "linux"))]
+        match self.inner {}
+    }
+}
+
+/// A started command. Call [`RunningCommand::wait`]; dropping it instead kills the group
+/// and reaps the leader.
+#[derive(Debug)]
+pub struct RunningCommand {
+    #[cfg(target_os = "linux")]
+    inner: capture::Supervised,
+    #[cfg(not(target_os = "linux"))]
+    inner: std::convert::Infallible,
+}
+
+impl RunningCommand {
+    /// The leader's identity, to journal before waiting.
+    pub fn process(&self) -> ProcessIdentity {
+        #[cfg(target_os = "linux")]
+        return self.inner.process();
+        #[cfg(not(target_os = "linux"))]
+        match self.inner {}
+    }
+
+    /// Supervises the command to its end (blocking): captures output, enforces the timeout
+    /// and cancellation, kills what is left of the group, then reaps the leader.
+    pub fn wait(self) -> CommandOutcome {
+        #[cfg(target_os = "linux")]
+        return self.inner.wait();
+        #[cfg(not(target_os = "linux"))]
+        match self.inner {}
+    }
+}
+
+/// Starts a verified command. Returns once the child has executed the sealed copy (or
+/// failed trying, which is reported as [`ExecError::Launch`]).
+pub fn spawn(launch: VerifiedLaunch, spec: CommandSpec) -> Result<RunningCommand, ExecError> {
+    #[cfg(target_os = "linux")]
+    return capture::start(launch.inner, spec).map(|inner| RunningCommand { inner });
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = (launch, spec);
+        Err(ExecError::Unsupported {
+            target: std::env::consts::OS,
+        })
+    }
+}
+
+/// Verification is unavailable off Linux: fail closed.
+#[cfg(not(target_os = "linux"))]
+pub fn verify(
+    _workspace: &std::path::Path,
+    _program: &rho_ipc::program::FrozenExecutable,
+    _cwd: &rho_ipc::program::FrozenDirectory,
+) -> Result<VerifiedLaunch, VerifyError> {
+    Err(VerifyError::Unsupported {
+        target: std::env::consts::OS,
+    })
+}
+
+/// Off Linux no process can be checked, so every process is assumed possibly alive.
+#[cfg(not(target_os = "linux"))]
+pub fn process_alive(_pid: i32, _start_time_ticks: u64) -> bool {
+    true
+}
+
+/// Off Linux no group can be checked, so every group is assumed possibly alive.
+#[cfg(not(target_os = "linux"))]
+pub fn group_alive(_pgid: i32) -> bool {
+    true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cancel_token_is_shared_and_sticky() {
+        let token = CancelToken::new();
+        let clone = token.clone();
+        assert!(!clone.is_cancelled());
+        token.cancel();
+        assert!(clone.is_cancelled());
+        assert!(token.is_cancelled());
+    }
+
+    #[test]
+    fn command_exit_serializes_with_kind_and_value() {
+        let json = serde_json::to_string(&CommandExit::Code(3)).unwrap_or_default();
+        assert_eq!(json, r#"{"kind":"code","value":3}"#);
+        let json = serde_json::to_string(&CommandExit::Timeout).unwrap_or_default();
+        assert_eq!(json, r#"{"kind":"timeout"}"#);
+        let back: CommandExit = serde_json::from_str(r#"{"kind":"signal","value":9}"#)
+            .unwrap_or(CommandExit::Abnormal(String::new()));
+        assert_eq!(back, CommandExit::Signal(9));
+    }
+
+    #[test]
+    fn filtered_environment_drops_excluded_names() {
+        let policy = EnvironmentPolicy {
+            name: "inherit_except_credentials".to_owned(),
+            exclude: vec!["*".to_owned()],
+        };
+        assert!(filtered_environment(&policy).is_empty());
+        let keep_all = EnvironmentPolicy {
+            name: "x".to_owned(),
+            exclude: vec![],
+        };
+        assert_eq!(
+            filtered_environment(&keep_all).len(),
+            std::env::vars_os().count()
+        );
+    }
+}

@@ -1,0 +1,505 @@
+//! The process-wide spawner thread and the guardian process.
+//!
+//! Every node process is created by one long-lived thread, because `PR_SET_PDEATHSIG` fires
+//! when the *thread* that created the child exits. Creation is `clone(CLONE_VM |
+//! CLONE_VFORK)`, as `posix_spawn` does: no page tables are copied, and the spawner thread
+//! stays suspended until the child has executed or exited, so the child may report a failed
+//! step in shared memory. The child runs only async-signal-safe system calls between `clone`
+//! and `execveat` (everything it needs — C strings, pointer arrays, descriptors — is
+//! prepared before), with every signal blocked, and it never returns: it executes the
+//! sealed copy or records the failing step and calls `_exit`. No path is executed and
+//! `std::process::Command` is not involved.
+//!
+//! The parent-death signal only reaches a node's leader. So that a process the leader put in
+//! the background does not outlive the owner either, each child registers its process group
+//! with a guardian: a process forked once, out of the owner's process group, with every
+//! descriptor closed except the read end of a pipe whose write end only the owner holds.
+//! Registration is a store into a slot of a shared anonymous mapping (no system call, no
+//! wake-up per node); the guardian sleeps in `read` until the owner dies and the pipe reaches
+//! end of file, then sends SIGKILL to every group still in a slot. A slot is cleared before
+//! its leader is reaped, so the guardian never signals a group id that could be reused.
+//!
+//! Invariant: after `clone`, the child touches no lock, allocates nothing, and writes no
+//! shared memory except its guardian slot and its failure report.
+#![allow(unsafe_code)]
+
+use std::ffi::CString;
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::mpsc;
+use std::sync::{Mutex, OnceLock};
+
+use nix::fcntl::OFlag;
+use nix::unistd::pipe2;
+
+use super::ExecError;
+
+/// What the child needs, prepared before the fork.
+pub(super) struct LaunchRequest {
+    pub(super) argv: Vec<CString>,
+    pub(super) envp: Vec<CString>,
+    /// Executed with `execveat(fd, "", ..., AT_EMPTY_PATH)`.
+    pub(super) exec_fd: RawFd,
+    /// A script handed to the interpreter as `/proc/self/fd/N`: close-on-exec is cleared.
+    pub(super) script_fd: Option<RawFd>,
+    pub(super) cwd_fd: RawFd,
+    pub(super) stdin_fd: RawFd,
+    pub(super) stdout_fd: RawFd,
+    pub(super) stderr_fd: RawFd,
+}
+
+/// A child that executed the sealed copy.
+pub(super) struct Child {
+    pub(super) pid: i32,
+    /// `None` on kernels without `pidfd_open`; the supervisor then polls `waitid`.
+    pub(super) pidfd: Option<OwnedFd>,
+    /// The guardian slot holding this child's group; release it before reaping.
+    pub(super) slot: GuardSlot,
+}
+
+/// A guardian slot in use; [`GuardSlot::release`] clears it.
+#[derive(Debug)]
+pub(super) struct GuardSlot(usize);
+
+impl GuardSlot {
+    /// Clears the slot (the group is no longer the guardian's business) and frees it.
+    /// Call after the group was killed and before its leader is reaped.
+    pub(super) fn release(self) {
+        if let Ok(spawner) = spawner() {
+            spawner.slots[self.0].store(0, Ordering::SeqCst);
+            spawner
+                .free
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .push(self.0);
+        }
+    }
+}
+
+struct Job {
+    request: LaunchRequest,
+    slot: usize,
+    reply: mpsc::SyncSender<Result<Child, ExecError>>,
+}
+
+struct Spawner {
+    jobs: Mutex<mpsc::Sender<Job>>,
+    /// The write end of the guardian's pipe: held, never written; closing it (the owner
+    /// exiting) is the guardian's signal.
+    _guardian: OwnedFd,
+    /// Shared with the guardian: the group of each running command, 0 when free.
+    slots: &'static [AtomicI32],
+    free: Mutex<Vec<usize>>,
+}
+
+static SPAWNER: OnceLock<Result<Spawner, String>> = OnceLock::new();
+
+/// Stack of the child between `clone` and `execveat` (it needs a few hundred bytes).
+const CHILD_STACK_BYTES: usize = 64 * 1024;
+
+/// Commands that can run at once under the guardian's protection.
+const GUARDIAN_SLOTS: usize = 4096;
+
+/// Steps of the child, reported when one fails.
+const STAGES: [&str; 8] = [
+    "stdio redirection",
+    "setpgid",
+    "(unused)",
+    "prctl(PR_SET_PDEATHSIG)",
+    "parent check (the owner exited)",
+    "fchdir to the verified directory",
+    "clearing close-on-exec on the script",
+    "execveat",
+];
+
+fn spawner() -> Result<&'static Spawner, ExecError> {
+    SPAWNER
+        .get_or_init(start_spawner)
+        .as_ref()
+        .map_err(|reason| ExecError::SpawnerUnavailable {
+            reason: reason.clone(),
+        })
+}
+
+fn start_spawner() -> Result<Spawner, String> {
+    let slots = shared_slots().map_err(|e| format!("cannot map the guardian's table: {e}"))?;
+    let guardian = start_guardian(slots).map_err(|e| format!("cannot start the guardian: {e}"))?;
+    let (tx, rx) = mpsc::channel::<Job>();
+    std::thread::Builder::new()
+        .name("rho-exec-spawner".to_owned())
+        .spawn(move || spawner_loop(&rx, slots))
+        .map_err(|e| format!("cannot start the spawner thread: {e}"))?;
+    Ok(Spawner {
+        jobs: Mutex::new(tx),
+        _guardian: guardian,
+        slots,
+        free: Mutex::new((0..GUARDIAN_SLOTS).rev().collect()),
+    })
+}
+
+/// A zeroed `MAP_SHARED | MAP_ANONYMOUS` table that stays mapped for the life of the
+/// process and is inherited, still shared, by the guardian and every child until exec.
+fn shared_slots() -> io::Result<&'static [AtomicI32]> {
+    let len = GUARDIAN_SLOTS * std::mem::size_of::<AtomicI32>();
+    // SAFETY: anonymous mapping request; the result is checked below.
+    let ptr = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
+    if ptr == libc::MAP_FAILED {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: the mapping is `len` bytes, page-aligned (so aligned for AtomicI32), zeroed
+    // (a valid AtomicI32 is any bit pattern), never unmapped, and only accessed atomically.
+    Ok(unsafe { std::slice::from_raw_parts(ptr.cast::<AtomicI32>(), GUARDIAN_SLOTS) })
+}
+
+/// Forks and executes a prepared request on the spawner thread.
+pub(super) fn launch(request: LaunchRequest) -> Result<Child, ExecError> {
+    let spawner = spawner()?;
+    let slot = spawner
+        .free
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .pop()
+        .ok_or_else(|| ExecError::SpawnerUnavailable {
+            reason: format!("{GUARDIAN_SLOTS} commands are already running"),
+        })?;
+    let (reply, answer) = mpsc::sync_channel(1);
+    let gone = || ExecError::SpawnerUnavailable {
+        reason: "spawner thread exited".to_owned(),
+    };
+    let sent = match spawner.jobs.lock() {
+        Ok(jobs) => jobs
+            .send(Job {
+                request,
+                slot,
+                reply,
+            })
+            .map_err(|_| gone()),
+        Err(_) => Err(gone()),
+    };
+    match sent.and_then(|()| answer.recv().map_err(|_| gone())) {
+        Ok(Ok(child)) => Ok(child),
+        Ok(Err(e)) | Err(e) => {
+            GuardSlot(slot).release();
+            Err(e)
+        }
+    }
+}
+
+/// `pidfd_open(2)`.
+pub(super) fn pidfd_open(pid: i32) -> io::Result<OwnedFd> {
+    // SAFETY: plain system call with integer arguments.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let fd = RawFd::try_from(fd).map_err(|_| io::Error::other("pidfd out of range"))?;
+    // SAFETY: the kernel just returned this new descriptor; nothing else owns it.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+fn spawner_loop(jobs: &mpsc::Receiver<Job>, slots: &'static [AtomicI32]) {
+    // This thread never handles process signals; children inherit the full mask and clear
+    // it right before `execveat`.
+    block_all_signals();
+    let mut stack = vec![0_u8; CHILD_STACK_BYTES];
+    while let Ok(job) = jobs.recv() {
+        let result = fork_exec(&job.request, &slots[job.slot], job.slot, &mut stack);
+        if job.reply.send(result).is_err() {
+            tracing::warn!("a launch requester went away before its answer");
+        }
+    }
+}
+
+fn block_all_signals() {
+    // SAFETY: `set` is initialised by sigfillset before use; pthread_sigmask only reads it.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigfillset(&raw mut set);
+        libc::pthread_sigmask(libc::SIG_SETMASK, &raw const set, std::ptr::null_mut());
+    }
+}
+
+/// Everything the child reads, in memory that exists before the fork.
+struct ChildPlan<'a> {
+    request: &'a LaunchRequest,
+    argv: &'a [*const libc::c_char],
+    envp: &'a [*const libc::c_char],
+    parent: libc::pid_t,
+    guard_slot: &'a AtomicI32,
+    report: &'a ChildReport,
+    default_action: libc::sigaction,
+    empty_mask: libc::sigset_t,
+}
+
+fn fork_exec(
+    request: &LaunchRequest,
+    guard_slot: &AtomicI32,
+    slot: usize,
+    stack: &mut [u8],
+) -> Result<Child, ExecError> {
+    let mut argv: Vec<*const libc::c_char> = request.argv.iter().map(|a| a.as_ptr()).collect();
+    argv.push(std::ptr::null());
+    let mut envp: Vec<*const libc::c_char> = request.envp.iter().map(|e| e.as_ptr()).collect();
+    envp.push(std::ptr::null());
+    // SAFETY: zeroed sigaction/sigset are valid plain-data values; SIG_DFL is 0 and the
+    // empty set is initialised by sigemptyset.
+    let (default_action, empty_mask) = unsafe {
+        let mut action: libc::sigaction = std::mem::zeroed();
+        action.sa_sigaction = libc::SIG_DFL;
+        let mut mask: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&raw mut mask);
+        (action, mask)
+    };
+    let report = ChildReport {
+        stage: AtomicI32::new(-1),
+        errno: AtomicI32::new(0),
+    };
+    let plan = ChildPlan {
+        request,
+        argv: &argv,
+        envp: &envp,
+        // SAFETY: getpid has no preconditions.
+        parent: unsafe { libc::getpid() },
+        guard_slot,
+        report: &report,
+        default_action,
+        empty_mask,
+    };
+    // The child runs on `stack` (it grows down from the 16-byte aligned end).
+    let top = stack.as_mut_ptr_range().end as usize & !15;
+    // SAFETY: CLONE_VM | CLONE_VFORK: the child shares our memory and this thread stays
+    // suspended until the child has executed or exited, so `plan`, `report` and `stack`
+    // outlive its use of them and nothing else touches them meanwhile. The child only runs
+    // `child_entry`: async-signal-safe calls, with every signal blocked (inherited from this
+    // thread) so no handler can run on the shared memory.
+    let pid = unsafe {
+        libc::clone(
+            child_entry,
+            top as *mut libc::c_void,
+            libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
+            (&raw const plan).cast_mut().cast(),
+        )
+    };
+    if pid < 0 {
+        return Err(ExecError::Setup {
+            what: "clone",
+            source: io::Error::last_os_error(),
+        });
+    }
+    // The child has executed the sealed copy, or reported a failure and exited.
+    let stage = report.stage.load(Ordering::SeqCst);
+    if stage >= 0 {
+        // The caller releases the slot once this error reaches it; clear it before reaping.
+        guard_slot.store(0, Ordering::SeqCst);
+        reap_blocking(pid);
+        let stage = usize::try_from(stage)
+            .ok()
+            .and_then(|i| STAGES.get(i))
+            .copied();
+        return Err(ExecError::Launch {
+            stage: stage.unwrap_or("an unknown step"),
+            source: io::Error::from_raw_os_error(report.errno.load(Ordering::SeqCst)),
+        });
+    }
+    let pidfd = pidfd_open(pid).ok();
+    Ok(Child {
+        pid,
+        pidfd,
+        slot: GuardSlot(slot),
+    })
+}
+
+/// Where the child reports the step that failed, in memory shared with the parent.
+struct ChildReport {
+    stage: AtomicI32,
+    errno: AtomicI32,
+}
+
+extern "C" fn child_entry(arg: *mut libc::c_void) -> libc::c_int {
+    // SAFETY: `arg` is the `ChildPlan` of the suspended parent thread (see `fork_exec`).
+    let plan = unsafe { &*arg.cast::<ChildPlan<'_>>() };
+    child_exec(plan)
+}
+
+/// Waits for and reaps `pid`.
+pub(super) fn reap_blocking(pid: i32) -> Option<libc::c_int> {
+    let mut status: libc::c_int = 0;
+    loop {
+        // SAFETY: `status` is a valid out-pointer; `pid` is our own unreaped child.
+        let r = unsafe { libc::waitpid(pid, &raw mut status, 0) };
+        if r == pid {
+            return Some(status);
+        }
+        if r < 0 && io::Error::last_os_error().kind() == io::ErrorKind::Interrupted {
+            continue;
+        }
+        return None;
+    }
+}
+
+/// The child between `fork` and `execveat`. Only async-signal-safe calls on memory prepared
+/// before the fork; never returns.
+fn child_exec(plan: &ChildPlan<'_>) -> ! {
+    let req = plan.request;
+    // SAFETY (whole block): every call is an async-signal-safe system call on descriptors
+    // and memory that were valid in the parent at fork time and are private copies here.
+    unsafe {
+        for (from, to) in [(req.stdin_fd, 0), (req.stdout_fd, 1), (req.stderr_fd, 2)] {
+            // The parent moved every source above 2, so no dup2 clobbers a later source.
+            if libc::dup2(from, to) < 0 {
+                child_fail(plan, 0);
+            }
+        }
+        // Ignored signals survive exec; a node starts with default dispositions (SIGPIPE
+        // in particular, which Rust programs ignore). Signals stay blocked until exec.
+        for sig in 1..65 {
+            if sig != libc::SIGKILL && sig != libc::SIGSTOP {
+                libc::sigaction(sig, &raw const plan.default_action, std::ptr::null_mut());
+            }
+        }
+        if libc::setpgid(0, 0) < 0 {
+            child_fail(plan, 1);
+        }
+        // Registered before the death signal is armed: if the owner dies in between, the
+        // parent check below ends this child.
+        plan.guard_slot.store(libc::getpid(), Ordering::SeqCst);
+        if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) < 0 {
+            child_fail(plan, 3);
+        }
+        // The owner may have died before prctl took effect.
+        if libc::getppid() != plan.parent {
+            libc::_exit(126);
+        }
+        // Any descriptor a library opened without close-on-exec must not reach the node.
+        libc::syscall(
+            libc::SYS_close_range,
+            3_u32,
+            libc::c_uint::MAX,
+            libc::CLOSE_RANGE_CLOEXEC,
+        );
+        if libc::fchdir(req.cwd_fd) < 0 {
+            child_fail(plan, 5);
+        }
+        if let Some(script) = req.script_fd
+            && libc::fcntl(script, libc::F_SETFD, 0) < 0
+        {
+            child_fail(plan, 6);
+        }
+        libc::sigprocmask(
+            libc::SIG_SETMASK,
+            &raw const plan.empty_mask,
+            std::ptr::null_mut(),
+        );
+        libc::syscall(
+            libc::SYS_execveat,
+            req.exec_fd,
+            c"".as_ptr(),
+            plan.argv.as_ptr(),
+            plan.envp.as_ptr(),
+            libc::AT_EMPTY_PATH,
+        );
+        child_fail(plan, 7)
+    }
+}
+
+/// Reports the failing step and errno to the parent, then exits without running any
+/// destructor or atexit handler.
+fn child_fail(plan: &ChildPlan<'_>, stage: i32) -> ! {
+    // SAFETY: errno's location is valid for this thread; `report` lives in the suspended
+    // parent's frame; _exit is async-signal-safe.
+    unsafe {
+        plan.report
+            .errno
+            .store(*libc::__errno_location(), Ordering::SeqCst);
+        plan.report.stage.store(stage, Ordering::SeqCst);
+        libc::_exit(127)
+    }
+}
+
+/// Forks the guardian and returns the write end of its pipe.
+fn start_guardian(slots: &'static [AtomicI32]) -> io::Result<OwnedFd> {
+    let (read_end, write_end) = pipe2(OFlag::O_CLOEXEC).map_err(io::Error::from)?;
+    // SAFETY: sigfillset initialises the set before use.
+    let full_mask = unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigfillset(&raw mut set);
+        set
+    };
+    let read_fd = read_end.as_raw_fd();
+    // SAFETY: the child only runs `guardian_main`: system calls and atomic loads, no return.
+    let pid = unsafe { libc::fork() };
+    if pid < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    if pid == 0 {
+        guardian_main(read_fd, &full_mask, slots);
+    }
+    drop(read_end);
+    tracing::debug!(guardian = pid, "exec guardian started");
+    Ok(write_end)
+}
+
+/// The guardian: waits for the owner's end of the pipe to close, then kills every group
+/// still in a slot.
+fn guardian_main(read_fd: RawFd, full_mask: &libc::sigset_t, slots: &[AtomicI32]) -> ! {
+    // SAFETY (whole block): async-signal-safe system calls on stack memory and atomic loads
+    // from the shared mapping only.
+    unsafe {
+        // Only SIGKILL can stop the guardian; terminal signals to the owner's group miss it.
+        libc::sigprocmask(libc::SIG_SETMASK, full_mask, std::ptr::null_mut());
+        libc::setpgid(0, 0);
+        // Keep only the pipe: holding anything else (another node's stdout, a lock file)
+        // would change what the owner's other descriptors mean.
+        let fd = if read_fd == 3 {
+            libc::fcntl(3, libc::F_SETFD, 0);
+            3
+        } else if libc::dup3(read_fd, 3, 0) == 3 {
+            3
+        } else {
+            libc::_exit(1)
+        };
+        libc::syscall(libc::SYS_close_range, 0_u32, 2_u32, 0_u32);
+        libc::syscall(libc::SYS_close_range, 4_u32, libc::c_uint::MAX, 0_u32);
+        let mut byte = [0_u8; 1];
+        loop {
+            let n = libc::read(fd, byte.as_mut_ptr().cast(), 1);
+            if n < 0 && *libc::__errno_location() == libc::EINTR {
+                continue;
+            }
+            // Nothing is ever written: any return is end of file (or an error, treated alike).
+            break;
+        }
+        for slot in slots {
+            let pgid = slot.load(Ordering::SeqCst);
+            if pgid > 1 {
+                libc::kill(-pgid, libc::SIGKILL);
+            }
+        }
+        libc::_exit(0)
+    }
+}
+
+/// `fcntl(F_DUPFD_CLOEXEC, 3)` when `fd` sits on 0, 1 or 2, so the child's `dup2` of one
+/// stream can never close the source of another.
+pub(super) fn above_stdio(fd: OwnedFd) -> io::Result<OwnedFd> {
+    if fd.as_raw_fd() > 2 {
+        return Ok(fd);
+    }
+    // SAFETY: F_DUPFD_CLOEXEC on a valid descriptor returns a new descriptor we then own.
+    let dup = unsafe { libc::fcntl(fd.as_fd().as_raw_fd(), libc::F_DUPFD_CLOEXEC, 3) };
+    if dup < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `dup` is a fresh descriptor owned by nobody else.
+    Ok(unsafe { OwnedFd::from_raw_fd(dup) })
+}

@@ -1,0 +1,512 @@
+//! Re-verification of frozen identities and the sealed in-memory copies that run.
+//!
+//! Invariant: a [`Sealed`] file only ever holds bytes that were hashed while being copied
+//! into it, and it is sealed against any change before its digest is compared; so what
+//! `execveat` runs is exactly what matched the frozen digest, whatever happens to the file
+//! on disk afterwards.
+
+use std::collections::HashMap;
+use std::ffi::OsString;
+use std::fs::File;
+use std::io::{self, Read as _, Write as _};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
+use std::path::Path;
+use std::sync::{Arc, LazyLock, Mutex};
+
+use nix::fcntl::{FcntlArg, OFlag, SealFlag, fcntl};
+use nix::sys::memfd::{MFdFlags, memfd_create};
+use rho_ipc::program::{FileIdentity, FileLocation, FrozenDirectory, FrozenExecutable};
+use sha2::{Digest as _, Sha256};
+
+use super::{VerifiedLaunch, VerifyError};
+use crate::workflow::identity::{
+    FileFacts, display_location, open_absolute_nofollow, open_frozen, open_nofollow_in,
+};
+
+/// Sealed copies kept per process (entries) and their total size, so repeated launches of
+/// one binary skip the copy; beyond either bound the cache starts over.
+const CACHE_MAX_ENTRIES: usize = 256;
+const CACHE_MAX_BYTES: u64 = 512 * 1024 * 1024;
+
+/// A sealed, read-only in-memory copy of verified bytes.
+#[derive(Debug)]
+pub(super) struct Sealed {
+    fd: OwnedFd,
+    sha256: String,
+    size: u64,
+    shebang: bool,
+}
+
+impl Sealed {
+    pub(super) fn raw_fd(&self) -> RawFd {
+        self.fd.as_raw_fd()
+    }
+}
+
+/// The verified handles behind a [`VerifiedLaunch`].
+#[derive(Debug)]
+pub(super) struct Verified {
+    /// What `execveat` runs: the executable, or the interpreter for a script.
+    pub(super) program: Arc<Sealed>,
+    /// The script passed to the interpreter as `/proc/self/fd/N`.
+    pub(super) script: Option<Arc<Sealed>>,
+    /// For a script: the interpreter's `argv[0]` and shebang arguments.
+    pub(super) interpreter_argv: Vec<OsString>,
+    /// The verified working directory.
+    pub(super) cwd: OwnedFd,
+}
+
+impl Verified {
+    pub(super) fn executable_sha256(&self) -> &str {
+        match &self.script {
+            Some(script) => &script.sha256,
+            None => &self.program.sha256,
+        }
+    }
+}
+
+/// Cache key: the facts that change whenever the content can have changed (`ctime` cannot
+/// be set back by an unprivileged writer).
+static SEALED_CACHE: LazyLock<Mutex<HashMap<FileFacts, Arc<Sealed>>>> =
+    LazyLock::new(|| Mutex::new(HashMap::new()));
+
+/// Opens the executable, interpreter and working directory without following symbolic
+/// links, compares them with their frozen identities, and returns sealed copies ready to
+/// launch. Any difference fails closed with the path and what changed.
+pub fn verify(
+    workspace: &Path,
+    program: &FrozenExecutable,
+    cwd: &FrozenDirectory,
+) -> Result<VerifiedLaunch, VerifyError> {
+    let workspace_fd = open_absolute_nofollow(workspace, OFlag::O_RDONLY | OFlag::O_DIRECTORY)
+        .map_err(|source| VerifyError::Workspace {
+            path: workspace.display().to_string(),
+            source,
+        })?;
+    let ws = workspace_fd.as_fd();
+    let executable = verify_file(ws, "executable", &program.file)?;
+    let inner = match &program.interpreter {
+        None => {
+            if executable.shebang {
+                return Err(VerifyError::UnfrozenInterpreter {
+                    role: "executable",
+                    path: display_location(&program.file.location, None),
+                });
+            }
+            Verified {
+                program: executable,
+                script: None,
+                interpreter_argv: Vec::new(),
+                cwd: verify_cwd(ws, cwd)?,
+            }
+        }
+        Some(interpreter) => {
+            let sealed = verify_file(ws, "interpreter", &interpreter.file)?;
+            if sealed.shebang {
+                // The kernel would resolve the nested interpreter by path.
+                return Err(VerifyError::UnfrozenInterpreter {
+                    role: "interpreter",
+                    path: display_location(&interpreter.file.location, None),
+                });
+            }
+            let mut interpreter_argv = vec![interpreter_argv0(
+                &interpreter.shebang,
+                &interpreter.file.location,
+            )];
+            interpreter_argv.extend(interpreter.args.iter().map(OsString::from));
+            Verified {
+                program: sealed,
+                script: Some(executable),
+                interpreter_argv,
+                cwd: verify_cwd(ws, cwd)?,
+            }
+        }
+    };
+    Ok(VerifiedLaunch { inner })
+}
+
+/// The interpreter's `argv[0]`: what the kernel would pass (the shebang path), except for
+/// `#!/usr/bin/env NAME`, where `env` would have run NAME under its own name.
+fn interpreter_argv0(shebang: &str, location: &FileLocation) -> OsString {
+    let shebang_name = shebang.rsplit('/').next().unwrap_or(shebang);
+    if shebang_name == "env" {
+        let path = match location {
+            FileLocation::Workspace { path } | FileLocation::Absolute { path, .. } => path,
+        };
+        OsString::from(path.rsplit('/').next().unwrap_or(path))
+    } else {
+        OsString::from(shebang)
+    }
+}
+
+fn verify_cwd(ws: BorrowedFd<'_>, cwd: &FrozenDirectory) -> Result<OwnedFd, VerifyError> {
+    open_nofollow_in(ws, &cwd.path, OFlag::O_RDONLY | OFlag::O_DIRECTORY).map_err(|source| {
+        VerifyError::Open {
+            role: "working directory",
+            path: cwd.path.clone(),
+            source,
+        }
+    })
+}
+
+fn verify_file(
+    ws: BorrowedFd<'_>,
+    role: &'static str,
+    frozen: &FileIdentity,
+) -> Result<Arc<Sealed>, VerifyError> {
+    let path = display_location(&frozen.location, None);
+    let changed = |what: String| VerifyError::Changed {
+        role,
+        path: path.clone(),
+        what,
+    };
+    let fd = open_frozen(
+        ws,
+        &frozen.location,
+        OFlag::O_RDONLY | OFlag::O_NOCTTY | OFlag::O_NONBLOCK,
+    )
+    .map_err(|source| VerifyError::Open {
+        role,
+        path: path.clone(),
+        source,
+    })?;
+    let seal_error = |source: io::Error| VerifyError::Seal {
+        role,
+        path: path.clone(),
+        source,
+    };
+    let facts = FileFacts::of(fd.as_fd()).map_err(seal_error)?;
+    if !facts.is_regular() {
+        return Err(changed("is not a regular file any more".to_owned()));
+    }
+    if let FileLocation::Absolute { device, inode, .. } = &frozen.location
+        && (*device, *inode) != (facts.device, facts.inode)
+    {
+        return Err(changed(format!(
+            "replaced by another file: device/inode expected {device}/{inode}, found {}/{}",
+            facts.device, facts.inode
+        )));
+    }
+    if facts.size != frozen.size {
+        return Err(changed(format!(
+            "size expected {} bytes, found {} bytes",
+            frozen.size, facts.size
+        )));
+    }
+    let sealed = sealed_copy(fd, &facts).map_err(|err| match err {
+        CopyError::Io(source) => seal_error(source),
+        CopyError::Grew { copied } => changed(format!(
+            "was modified while being verified: size expected {} bytes, read {copied} bytes",
+            facts.size
+        )),
+    })?;
+    if sealed.sha256 != frozen.sha256 {
+        return Err(changed(format!(
+            "sha256 expected {} found {}",
+            frozen.sha256, sealed.sha256
+        )));
+    }
+    Ok(sealed)
+}
+
+#[derive(Debug)]
+enum CopyError {
+    Io(io::Error),
+    Grew { copied: u64 },
+}
+
+impl From<io::Error> for CopyError {
+    fn from(err: io::Error) -> Self {
+        CopyError::Io(err)
+    }
+}
+
+/// The sealed copy of an opened file, from the cache when the file's facts are unchanged
+/// since it was copied in this process.
+fn sealed_copy(fd: OwnedFd, facts: &FileFacts) -> Result<Arc<Sealed>, CopyError> {
+    if let Ok(cache) = SEALED_CACHE.lock()
+        && let Some(hit) = cache.get(facts)
+    {
+        return Ok(Arc::clone(hit));
+    }
+    let sealed = Arc::new(copy_and_seal(File::from(fd), facts.size)?);
+    if let Ok(mut cache) = SEALED_CACHE.lock() {
+        let cached_bytes: u64 = cache.values().map(|s| s.size).sum();
+        if cache.len() >= CACHE_MAX_ENTRIES || cached_bytes + sealed.size > CACHE_MAX_BYTES {
+            cache.clear();
+        }
+        cache.insert(*facts, Arc::clone(&sealed));
+    }
+    Ok(sealed)
+}
+
+/// Copies `file` into a new memfd, hashing exactly the bytes copied, then seals the memfd
+/// against writes, growth, shrinking and further seal changes.
+fn copy_and_seal(mut file: File, expected_size: u64) -> Result<Sealed, CopyError> {
+    let memfd = memfd_create(
+        c"rho-verified",
+        MFdFlags::MFD_CLOEXEC | MFdFlags::MFD_ALLOW_SEALING,
+    )
+    .map_err(io::Error::from)?;
+    let mut out = File::from(memfd);
+    let mut hasher = Sha256::new();
+    let mut buf = vec![0_u8; 128 * 1024];
+    let mut copied: u64 = 0;
+    let mut head = [0_u8; 2];
+    let mut head_len = 0;
+    loop {
+        let n = match file.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e.into()),
+        };
+        let chunk = &buf[..n];
+        for byte in chunk.iter().take(head.len() - head_len) {
+            head[head_len] = *byte;
+            head_len += 1;
+        }
+        hasher.update(chunk);
+        out.write_all(chunk)?;
+        copied += n as u64;
+        if copied > expected_size {
+            return Err(CopyError::Grew { copied });
+        }
+    }
+    if copied != expected_size {
+        return Err(CopyError::Grew { copied });
+    }
+    fcntl(
+        &out,
+        FcntlArg::F_ADD_SEALS(
+            SealFlag::F_SEAL_SHRINK
+                | SealFlag::F_SEAL_GROW
+                | SealFlag::F_SEAL_WRITE
+                | SealFlag::F_SEAL_SEAL,
+        ),
+    )
+    .map_err(io::Error::from)?;
+    let fd = reopen_read_only(out)?;
+    let digest: [u8; 32] = hasher.finalize().into();
+    Ok(Sealed {
+        fd,
+        sha256: format!("sha256:{}", rho_ipc::digest::hex(&digest)),
+        size: copied,
+        shebang: head_len == 2 && head == *b"#!",
+    })
+}
+
+/// Reopens the sealed memfd read-only through its own `/proc/self/fd` entry and closes the
+/// writable descriptor: `execve` refuses (`ETXTBSY`) a file that is open for writing.
+fn reopen_read_only(memfd: File) -> io::Result<OwnedFd> {
+    let proc_path = format!("/proc/self/fd/{}", memfd.as_raw_fd());
+    let read_only = std::fs::OpenOptions::new()
+        .read(true)
+        .open(Path::new(&proc_path))?;
+    drop(memfd);
+    Ok(OwnedFd::from(read_only))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::symlink;
+
+    use super::*;
+
+    fn identity_of(path: &Path, location: FileLocation) -> FileIdentity {
+        let bytes = std::fs::read(path).unwrap();
+        FileIdentity {
+            location,
+            size: bytes.len() as u64,
+            sha256: rho_ipc::digest::sha256_tagged(&bytes),
+        }
+    }
+
+    fn workspace() -> (tempfile::TempDir, std::path::PathBuf) {
+        let dir = tempfile::tempdir().unwrap();
+        let canonical = dir.path().canonicalize().unwrap();
+        (dir, canonical)
+    }
+
+    #[test]
+    fn sealed_copy_rejects_writes_and_matches_digest() {
+        let (_dir, ws) = workspace();
+        std::fs::write(ws.join("data"), b"#!/bin/sh\necho hi\n").unwrap();
+        let file = File::open(ws.join("data")).unwrap();
+        let sealed = copy_and_seal(file, 18).unwrap();
+        assert!(sealed.shebang);
+        assert_eq!(
+            sealed.sha256,
+            rho_ipc::digest::sha256_tagged(b"#!/bin/sh\necho hi\n")
+        );
+        let seals = fcntl(&sealed.fd, FcntlArg::F_GET_SEALS).unwrap();
+        let all = SealFlag::F_SEAL_SHRINK
+            | SealFlag::F_SEAL_GROW
+            | SealFlag::F_SEAL_WRITE
+            | SealFlag::F_SEAL_SEAL;
+        assert_eq!(SealFlag::from_bits_truncate(seals) & all, all);
+        // Even a writable reopen of the memfd cannot change it.
+        let path = format!("/proc/self/fd/{}", sealed.fd.as_raw_fd());
+        let reopened = std::fs::OpenOptions::new().write(true).open(&path);
+        if let Ok(mut w) = reopened {
+            assert!(w.write_all(b"x").is_err());
+        }
+    }
+
+    #[test]
+    fn size_mismatch_during_copy_is_reported() {
+        let (_dir, ws) = workspace();
+        std::fs::write(ws.join("data"), b"abcdef").unwrap();
+        let file = File::open(ws.join("data")).unwrap();
+        assert!(matches!(
+            copy_and_seal(file, 3),
+            Err(CopyError::Grew { copied: 6 })
+        ));
+        let file = File::open(ws.join("data")).unwrap();
+        assert!(matches!(
+            copy_and_seal(file, 9),
+            Err(CopyError::Grew { copied: 6 })
+        ));
+    }
+
+    #[test]
+    fn changed_content_names_path_and_digests() {
+        let (_dir, ws) = workspace();
+        std::fs::create_dir(ws.join("bin")).unwrap();
+        std::fs::write(ws.join("bin/tool"), b"\x7fELF-one").unwrap();
+        let mut frozen = identity_of(
+            &ws.join("bin/tool"),
+            FileLocation::Workspace {
+                path: "bin/tool".to_owned(),
+            },
+        );
+        frozen.sha256 = rho_ipc::digest::sha256_tagged(b"\x7fELF-two");
+        let program = FrozenExecutable {
+            file: frozen,
+            interpreter: None,
+        };
+        let err = verify(
+            &ws,
+            &program,
+            &FrozenDirectory {
+                path: ".".to_owned(),
+            },
+        )
+        .unwrap_err();
+        let msg = err.to_string();
+        assert!(
+            msg.starts_with("executable bin/tool changed: sha256 expected sha256:"),
+            "{msg}"
+        );
+        assert!(msg.contains("found sha256:"), "{msg}");
+    }
+
+    #[test]
+    fn unfrozen_shebang_fails_closed() {
+        let (_dir, ws) = workspace();
+        std::fs::write(ws.join("script"), b"#!/bin/sh\n").unwrap();
+        let frozen = identity_of(
+            &ws.join("script"),
+            FileLocation::Workspace {
+                path: "script".to_owned(),
+            },
+        );
+        let program = FrozenExecutable {
+            file: frozen,
+            interpreter: None,
+        };
+        let err = verify(
+            &ws,
+            &program,
+            &FrozenDirectory {
+                path: ".".to_owned(),
+            },
+        )
+        .unwrap_err();
+        assert!(matches!(
+            err,
+            VerifyError::UnfrozenInterpreter {
+                role: "executable",
+                ..
+            }
+        ));
+    }
+
+    #[test]
+    fn symlinked_file_and_absolute_replacement_fail_closed() {
+        let (_dir, ws) = workspace();
+        std::fs::write(ws.join("real"), b"\x7fELF").unwrap();
+        symlink(ws.join("real"), ws.join("link")).unwrap();
+        let frozen = identity_of(
+            &ws.join("real"),
+            FileLocation::Workspace {
+                path: "link".to_owned(),
+            },
+        );
+        let program = FrozenExecutable {
+            file: frozen.clone(),
+            interpreter: None,
+        };
+        let err = verify(
+            &ws,
+            &program,
+            &FrozenDirectory {
+                path: ".".to_owned(),
+            },
+        )
+        .unwrap_err();
+        assert!(
+            matches!(
+                err,
+                VerifyError::Open {
+                    role: "executable",
+                    ..
+                }
+            ),
+            "{err}"
+        );
+
+        let abs = ws.join("real").to_string_lossy().into_owned();
+        let wrong_inode = FileIdentity {
+            location: FileLocation::Absolute {
+                path: abs,
+                device: 1,
+                inode: 2,
+            },
+            ..frozen
+        };
+        let program = FrozenExecutable {
+            file: wrong_inode,
+            interpreter: None,
+        };
+        let err = verify(
+            &ws,
+            &program,
+            &FrozenDirectory {
+                path: ".".to_owned(),
+            },
+        )
+        .unwrap_err();
+        assert!(
+            err.to_string().contains("replaced by another file"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn interpreter_argv0_follows_the_kernel_and_env() {
+        let abs = FileLocation::Absolute {
+            path: "/usr/bin/python3.12".to_owned(),
+            device: 0,
+            inode: 0,
+        };
+        assert_eq!(
+            interpreter_argv0("/usr/bin/env", &abs),
+            OsString::from("python3.12")
+        );
+        assert_eq!(
+            interpreter_argv0("/bin/sh", &abs),
+            OsString::from("/bin/sh")
+        );
+    }
+}
