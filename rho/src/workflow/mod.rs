@@ -5,6 +5,8 @@
 //! Dependencies inside this module point one way: `plan` and the runner use `store` and
 //! `identity`; `scheduler` is pure and knows nothing of processes or files.
 
+pub mod checkout;
+pub mod exec;
 pub mod identity;
 pub mod journal;
 pub mod plan;
