@@ -352,6 +352,7 @@ impl Journal {
                 .map_err(|source| io_err(&self.path, "append", source))?;
             self.pending.clear();
             self.written_seq = self.next_seq - 1;
+            crate::workflow::crashpoint::reached("journal:written");
         }
         Ok(())
     }
@@ -364,6 +365,7 @@ impl Journal {
                 .sync_data()
                 .map_err(|source| io_err(&self.path, "sync", source))?;
             self.synced_seq = self.written_seq;
+            crate::workflow::crashpoint::reached("journal:synced");
         }
         Ok(())
     }

@@ -6,6 +6,7 @@
 //! `identity`; `scheduler` is pure and knows nothing of processes or files.
 
 pub mod checkout;
+pub mod crashpoint;
 pub mod exec;
 pub mod identity;
 pub mod journal;

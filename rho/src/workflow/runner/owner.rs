@@ -90,6 +90,7 @@ impl<'p> Owner<'p> {
     pub(super) fn record(&mut self, kind: EventKind) -> Result<(), RunError> {
         let event = self.journal.append(kind)?;
         apply(&mut self.state, &event)?;
+        crate::workflow::crashpoint::reached_named("record", event.kind.name());
         self.progress.event(&event, &self.state);
         Ok(())
     }

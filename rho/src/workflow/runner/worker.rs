@@ -203,10 +203,12 @@ fn run_command(
         dir.entry_path("stderr"),
     );
     spec.cancel = cancel.clone();
+    crate::workflow::crashpoint::reached("worker:spawn");
     let running = match exec::spawn(launch, spec) {
         Ok(running) => running,
         Err(e) => return Finished::failed(format!("launch failed: {e}")),
     };
+    crate::workflow::crashpoint::reached("worker:spawned");
     let p = running.process();
     let _ = tx.send(WorkerMsg::Launched {
         node: node.id.clone(),

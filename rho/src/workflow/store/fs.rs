@@ -260,7 +260,10 @@ impl PrivateDir {
         let result = file
             .sync_all()
             .map_err(|e| StoreError::io("sync", self.entry_path(&temp), e))
-            .and_then(|()| self.rename(&temp, name));
+            .and_then(|()| {
+                crate::workflow::crashpoint::reached("store:rename");
+                self.rename(&temp, name)
+            });
         if result.is_err() {
             let _ = unlinkat(self.fd(), temp.as_str(), UnlinkatFlags::NoRemoveDir);
             return result;

@@ -536,7 +536,10 @@ impl RunDir {
             path: self.dir.entry_path(STATE_FILE),
             problem: format!("cannot serialize: {e}"),
         })?;
-        self.dir.write_atomic(STATE_FILE, &bytes)
+        crate::workflow::crashpoint::reached("state:write");
+        self.dir.write_atomic(STATE_FILE, &bytes)?;
+        crate::workflow::crashpoint::reached("state:written");
+        Ok(())
     }
 
     /// Takes `mutation.lock` without waiting; `None` when another process holds it.

@@ -1,0 +1,504 @@
+//! Crash consistency: the owning `rho` is killed with SIGKILL at many points of a run, and
+//! after every kill the store must tell the truth and recovery must reach the result of an
+//! uninterrupted run.
+//!
+//! Kill points are deterministic: `RHO_TEST_CRASH_AT=<point>:<n>` (see
+//! `rho::workflow::crashpoint`) makes the owner kill itself the `n`-th time it reaches a named
+//! point (a journal record appended but not written, a batch written but not synced, a sync,
+//! around `state.json` writes, just before and after a node process starts). For each point
+//! the harness tries `n = 1, 2, ...` until the run no longer reaches it. Kills in the middle of
+//! output capture come from outside, when the node's stdout artifact has grown.
+//!
+//! After each kill: the journal replays; `state.json` is never ahead of it and equals a replay
+//! of its prefix; no node is `success` unless its command wrote its completion marker (the
+//! last thing it does before exiting 0); in-flight attempts make `status` say
+//! `needs_recovery` and plain `resume` exit 7; and `resume --recover-uncertain` ends with the
+//! outcome, node states and exports of an uninterrupted run, without rerunning a node that
+//! had already succeeded.
+
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::cast_possible_wrap,
+    clippy::too_many_lines
+)]
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::os::unix::process::ExitStatusExt as _;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use rho::workflow::journal;
+use rho::workflow::state::{AttemptPhase, EventKind, Lifecycle, NodeState, State, replay};
+
+struct Env {
+    _dir: tempfile::TempDir,
+    home: PathBuf,
+    ws: PathBuf,
+}
+
+fn rho_bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_rho"))
+}
+
+fn worker_bin() -> PathBuf {
+    let path = rho_bin().with_file_name("rho-planner-worker");
+    assert!(
+        path.exists(),
+        "build the planner worker first: cargo build -p rho-planner-worker ({})",
+        path.display()
+    );
+    path
+}
+
+fn code(out: &Output) -> i32 {
+    out.status.code().unwrap_or(-1)
+}
+
+fn text(out: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+impl Env {
+    fn new() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let home = dir.path().join("home");
+        let ws = dir.path().join("ws");
+        std::fs::create_dir(&ws).unwrap();
+        std::fs::create_dir(&home).unwrap();
+        std::fs::set_permissions(&home, std::os::unix::fs::PermissionsExt::from_mode(0o700))
+            .unwrap();
+        let ws = ws.canonicalize().unwrap();
+        Env {
+            _dir: dir,
+            home,
+            ws,
+        }
+    }
+
+    fn command(&self, args: &[&str]) -> Command {
+        let mut cmd = Command::new(rho_bin());
+        cmd.args(args)
+            .current_dir(&self.ws)
+            .env_clear()
+            .env("RHO_HOME", &self.home)
+            .env("HOME", self.home.parent().unwrap())
+            .env("PATH", "/usr/bin:/bin")
+            .env("RHO_PLANNER_WORKER", worker_bin())
+            .stdin(Stdio::null());
+        cmd
+    }
+
+    fn rho(&self, args: &[&str]) -> Output {
+        self.command(args).output().unwrap()
+    }
+
+    fn run_ids(&self) -> BTreeSet<String> {
+        std::fs::read_dir(self.home.join("workflows/runs"))
+            .map(|d| {
+                d.filter_map(Result::ok)
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .filter(|n| !n.starts_with('.'))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    fn run_dir(&self, id: &str) -> PathBuf {
+        self.home.join("workflows/runs").join(id)
+    }
+
+    fn done_dir(&self) -> PathBuf {
+        self.ws.join("done")
+    }
+
+    /// Empties the completion markers before a scenario.
+    fn reset_markers(&self) {
+        let _ = std::fs::remove_dir_all(self.done_dir());
+        std::fs::create_dir(self.done_dir()).unwrap();
+    }
+
+    fn plan(&self, file: &str, source: &str) -> String {
+        std::fs::write(self.ws.join(file), source).unwrap();
+        let out = self.rho(&["workflow", "plan", file]);
+        assert_eq!(code(&out), 0, "{}", text(&out));
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .find_map(|l| l.strip_prefix("plan_id: "))
+            .unwrap()
+            .to_owned()
+    }
+
+    /// The id of the one run created since `before` was taken.
+    fn new_run(&self, before: &BTreeSet<String>) -> String {
+        let now = self.run_ids();
+        let fresh: Vec<&String> = now.difference(before).collect();
+        assert_eq!(fresh.len(), 1, "expected one new run, found {fresh:?}");
+        fresh[0].clone()
+    }
+}
+
+fn cmd(name: &str, extra: &str, argv: &str) -> String {
+    format!(
+        "command(name = \"{name}\", argv = {argv}, cwd = \".\", timeout_seconds = 60, max_output_bytes = 4096{extra})"
+    )
+}
+
+fn workflow(nodes: &[String], exports: &str) -> String {
+    format!(
+        "def build(inputs):\n    return workflow(name = \"crash\", nodes = [{}], exports = {{{exports}}})\n\nWORKFLOW = define(inputs = {{}}, build = build)\n",
+        nodes.join(", ")
+    )
+}
+
+/// Four nodes in a chain: stdout_json output, a template reading it, a skipped condition and
+/// a plain command; outcome `success` with an export.
+fn chain_workflow() -> String {
+    workflow(
+        &[
+            cmd(
+                "a",
+                ", output = schema.stdout_json(schema.record({\"n\": schema.integer()}))",
+                r#"["sh", "-c", "printf '{\"n\": 7}' && touch done/a"]"#,
+            ),
+            cmd(
+                "b",
+                ", needs = [\"a\"]",
+                r#"["sh", "-c", template(["test ", output("a", ["n"]), " = 7 && touch done/b"])]"#,
+            ),
+            cmd(
+                "c",
+                ", needs = [\"b\"], when = condition.equals(status(\"b\"), \"failure\")",
+                r#"["sh", "-c", "touch done/c"]"#,
+            ),
+            cmd(
+                "d",
+                ", needs = [\"b\"]",
+                r#"["sh", "-c", "echo d && touch done/d"]"#,
+            ),
+        ],
+        "\"n\": output(\"a\", [\"n\"])",
+    )
+}
+
+/// Failure, blocking, an allowed failure and a condition on it; outcome `failure`.
+fn mixed_workflow() -> String {
+    workflow(
+        &[
+            cmd("s", ", allow_failure = True", r#"["sh", "-c", "exit 4"]"#),
+            cmd(
+                "w",
+                ", needs = [\"s\"], when = condition.equals(status(\"s\"), \"failure\")",
+                r#"["sh", "-c", "touch done/w"]"#,
+            ),
+            cmd("x", "", r#"["sh", "-c", "echo no >&2; exit 3"]"#),
+            cmd("y", ", needs = [\"x\"]", r#"["sh", "-c", "touch done/y"]"#),
+            cmd("z", "", r#"["sh", "-c", "touch done/z"]"#),
+        ],
+        "\"x\": exit_code(\"x\")",
+    )
+}
+
+/// What an uninterrupted run ends with.
+#[derive(Debug, Clone, PartialEq)]
+struct Ending {
+    exit: i32,
+    outcome: String,
+    states: BTreeMap<String, NodeState>,
+    exports: serde_json::Value,
+}
+
+fn ending(exit: i32, state: &State) -> Ending {
+    let root = state.root();
+    let result = root.result.as_ref().expect("the root scope closed");
+    Ending {
+        exit,
+        outcome: result.outcome.as_str().to_owned(),
+        states: root
+            .tasks
+            .iter()
+            .map(|(id, t)| (id.clone(), t.state))
+            .collect(),
+        exports: serde_json::to_value(&result.exports).unwrap(),
+    }
+}
+
+/// Reads the journal, checks the snapshot against it and returns the replayed state.
+fn check_store(dir: &Path, context: &str) -> State {
+    let contents = journal::read(&dir.join("events.jsonl"))
+        .unwrap_or_else(|e| panic!("{context}: the journal must read back: {e}"));
+    let full =
+        replay(&contents.events).unwrap_or_else(|e| panic!("{context}: the journal replays: {e}"));
+    let snapshot: State = serde_json::from_slice(&std::fs::read(dir.join("state.json")).unwrap())
+        .unwrap_or_else(|e| panic!("{context}: state.json parses: {e}"));
+    assert!(
+        snapshot.last_event_sequence <= full.last_event_sequence,
+        "{context}: state.json (record {}) is ahead of the journal (record {})",
+        snapshot.last_event_sequence,
+        full.last_event_sequence
+    );
+    let prefix: Vec<_> = contents
+        .events
+        .iter()
+        .filter(|e| e.seq <= snapshot.last_event_sequence)
+        .cloned()
+        .collect();
+    assert_eq!(
+        replay(&prefix).unwrap(),
+        snapshot,
+        "{context}: state.json must equal a replay of the journal up to its sequence"
+    );
+    full
+}
+
+/// No node is `success` unless its command finished successfully (wrote its marker).
+fn check_success_markers(env: &Env, state: &State, context: &str) {
+    for (id, task) in &state.root().tasks {
+        if task.state == NodeState::Success {
+            assert!(
+                env.done_dir().join(id).exists(),
+                "{context}: node {id} is success but its command never completed"
+            );
+        }
+    }
+}
+
+/// Cuts the journal's last record in half, as a power loss in the middle of a write would.
+/// Only for a kill right after a batch was written and before it was synced: a synced record
+/// never tears (and a started process always has a synced `launch_intended`). Returns
+/// whether it cut anything.
+fn tear_last_record(dir: &Path, snapshot_seq: u64) -> bool {
+    let path = dir.join("events.jsonl");
+    let bytes = std::fs::read(&path).unwrap();
+    let contents = journal::read(&path).unwrap();
+    let Some(last) = contents.events.last() else {
+        return false;
+    };
+    if last.seq <= snapshot_seq || last.seq == 1 {
+        return false;
+    }
+    let body = &bytes[..bytes.len() - 1];
+    let start = body.iter().rposition(|b| *b == b'\n').map_or(0, |p| p + 1);
+    let cut = start + (bytes.len() - start) / 2;
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&path)
+        .unwrap()
+        .set_len(cut as u64)
+        .unwrap();
+    true
+}
+
+/// Resumes with `--recover-uncertain`, waiting (bounded) while a process of the old attempt
+/// is still on its way out.
+fn recover(env: &Env, id: &str) -> Output {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let out = env.rho(&["workflow", "resume", id, "--yes", "--recover-uncertain"]);
+        if code(&out) == 7 && text(&out).contains("still alive") && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+            continue;
+        }
+        return out;
+    }
+}
+
+/// Everything checked after the owner of run `id` died (panics on a lie); returns whether the
+/// journal's tail was torn on purpose.
+fn check_after_kill(env: &Env, id: &str, reference: &Ending, tear: bool, context: &str) -> bool {
+    let dir = env.run_dir(id);
+    let crashed = check_store(&dir, context);
+    check_success_markers(env, &crashed, context);
+    let snapshot_seq: u64 =
+        serde_json::from_slice::<State>(&std::fs::read(dir.join("state.json")).unwrap())
+            .unwrap()
+            .last_event_sequence;
+    let torn = tear && tear_last_record(&dir, snapshot_seq);
+    let crashed = if torn {
+        check_store(&dir, context)
+    } else {
+        crashed
+    };
+    let in_flight = crashed.open_attempts().len();
+    let succeeded: BTreeMap<String, usize> = crashed
+        .root()
+        .tasks
+        .iter()
+        .filter(|(_, t)| t.state == NodeState::Success)
+        .map(|(id, t)| (id.clone(), t.attempts.len()))
+        .collect();
+
+    // status finds the dead owner by itself.
+    let status = env.rho(&["workflow", "status", id, "--output", "json"]);
+    assert_eq!(code(&status), 0, "{context}: {}", text(&status));
+    let doc: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap();
+    if in_flight > 0 {
+        assert_eq!(doc["lifecycle"], "needs_recovery", "{context}: {doc}");
+        assert_eq!(
+            doc["needs_recovery"].as_array().map(Vec::len),
+            Some(in_flight),
+            "{context}: {doc}"
+        );
+        let plain = env.rho(&["workflow", "resume", id, "--yes"]);
+        assert_eq!(code(&plain), 7, "{context}: {}", text(&plain));
+        assert!(
+            text(&plain).contains("--recover-uncertain"),
+            "{context}: {}",
+            text(&plain)
+        );
+        let refused = check_store(&dir, context);
+        assert_eq!(refused.lifecycle, Lifecycle::NeedsRecovery, "{context}");
+        assert_eq!(refused.uncertain_attempts().len(), in_flight, "{context}");
+        assert!(refused.open_attempts().is_empty(), "{context}");
+        check_success_markers(env, &refused, context);
+        let again = env.rho(&["workflow", "status", id, "--output", "json"]);
+        let doc: serde_json::Value = serde_json::from_slice(&again.stdout).unwrap();
+        assert_eq!(doc["lifecycle"], "needs_recovery", "{context}: {doc}");
+    } else {
+        assert_ne!(doc["lifecycle"], "needs_recovery", "{context}: {doc}");
+    }
+
+    let out = recover(env, id);
+    assert_eq!(
+        code(&out),
+        reference.exit,
+        "{context}: recovery ends like an uninterrupted run: {}",
+        text(&out)
+    );
+    let finished = check_store(&dir, context);
+    assert_eq!(
+        finished.last_event_sequence,
+        serde_json::from_slice::<State>(&std::fs::read(dir.join("state.json")).unwrap())
+            .unwrap()
+            .last_event_sequence,
+        "{context}: the final snapshot covers the whole journal"
+    );
+    assert_eq!(
+        journal::read(&dir.join("events.jsonl")).unwrap().torn_bytes,
+        0,
+        "{context}"
+    );
+    assert_eq!(finished.lifecycle, Lifecycle::Completed, "{context}");
+    assert!(finished.owner.is_none(), "{context}: the owner closed");
+    assert!(finished.open_attempts().is_empty(), "{context}");
+    assert_eq!(&ending(code(&out), &finished), reference, "{context}");
+    check_success_markers(env, &finished, context);
+    for (node, attempts) in &succeeded {
+        assert_eq!(
+            finished.root().tasks[node].attempts.len(),
+            *attempts,
+            "{context}: node {node} had succeeded and must not run again"
+        );
+    }
+    if torn {
+        let events = journal::read(&dir.join("events.jsonl")).unwrap().events;
+        assert!(
+            events
+                .iter()
+                .any(|e| matches!(e.kind, EventKind::JournalRepaired { .. })),
+            "{context}: the torn tail was repaired and journaled"
+        );
+    }
+    for (_, task) in &finished.root().tasks {
+        for a in &task.attempts {
+            assert_ne!(a.phase, AttemptPhase::Intended, "{context}");
+            assert_ne!(a.phase, AttemptPhase::Launched, "{context}");
+        }
+    }
+    torn
+}
+
+/// Every named crash point.
+const POINTS: &[&str] = &[
+    "record:owner_opened",
+    "record:lifecycle_changed",
+    "record:node_state_changed",
+    "record:launch_intended",
+    "record:launched",
+    "record:attempt_finished",
+    "record:scope_closed",
+    "record:owner_closed",
+    "journal:written",
+    "journal:synced",
+    "state:write",
+    "store:rename",
+    "state:written",
+    "worker:spawn",
+    "worker:spawned",
+];
+
+/// Runs `source` uninterrupted, then once per reachable kill point; returns the number of
+/// kills checked.
+fn crash_matrix(source: &str, expected_exit: i32) -> usize {
+    let env = Env::new();
+    let plan_id = env.plan("wf.star", source);
+
+    env.reset_markers();
+    let before = env.run_ids();
+    let out = env.rho(&["workflow", "run", &plan_id, "--yes"]);
+    assert_eq!(code(&out), expected_exit, "{}", text(&out));
+    let id = env.new_run(&before);
+    let state = check_store(&env.run_dir(&id), "uninterrupted run");
+    check_success_markers(&env, &state, "uninterrupted run");
+    let reference = ending(code(&out), &state);
+
+    let mut kills = 0;
+    let mut torn = 0;
+    for point in POINTS {
+        let mut reached_end = false;
+        for n in 1..=40u32 {
+            env.reset_markers();
+            let before = env.run_ids();
+            let out = env
+                .command(&["workflow", "run", &plan_id, "--yes"])
+                .env("RHO_TEST_CRASH_AT", format!("{point}:{n}"))
+                .output()
+                .unwrap();
+            let id = env.new_run(&before);
+            let context = format!("kill at {point}:{n} (run {id})");
+            if out.status.signal() != Some(libc::SIGKILL) {
+                // The run passed the point fewer than n times and finished normally.
+                assert_eq!(code(&out), reference.exit, "{context}: {}", text(&out));
+                let state = check_store(&env.run_dir(&id), &context);
+                assert_eq!(&ending(code(&out), &state), &reference, "{context}");
+                assert!(
+                    n > 1,
+                    "{context}: every point is reached at least once by this workflow"
+                );
+                reached_end = true;
+                break;
+            }
+            kills += 1;
+            let tear = *point == "journal:written" && n % 2 == 1;
+            torn += usize::from(check_after_kill(&env, &id, &reference, tear, &context));
+        }
+        assert!(
+            reached_end,
+            "{point}: more occurrences than the harness tries"
+        );
+    }
+    assert!(
+        torn > 0,
+        "no scenario exercised the repair of a torn journal tail"
+    );
+    kills
+}
+
+#[test]
+fn kills_anywhere_in_a_chain_leave_a_truthful_store_and_recover_to_success() {
+    let kills = crash_matrix(&chain_workflow(), 0);
+    eprintln!("chain workflow: {kills} kill points checked");
+    assert!(kills >= 40, "only {kills} kill points");
+}
+
+#[test]
+fn kills_anywhere_in_a_failing_workflow_recover_to_the_same_failure() {
+    let kills = crash_matrix(&mixed_workflow(), 3);
+    eprintln!("mixed workflow: {kills} kill points checked");
+    assert!(kills >= 40, "only {kills} kill points");
+}
