@@ -385,8 +385,10 @@ fn the_runner_seam_records_who_denied_why_and_the_mode() {
     let seam: Arc<dyn CommandAuthorizer> = Arc::new(SharedHostAuthorizer::new(
         HostAuthorizer::new(PermissionMode::Bypass, fx.hooks(), None, None),
     ));
-    assert_eq!(seam.mode(), "bypass");
-    let Verdict::Deny(denial) = seam.authorize(&fx.request()) else {
+    assert_eq!(seam.mode(), PermissionMode::Bypass);
+    let decision = seam.authorize(&fx.request());
+    assert_eq!(decision.counters, None, "no classifier took part");
+    let Verdict::Deny(denial) = decision.verdict else {
         panic!("a denying hook must deny through the seam");
     };
     assert_eq!(denial.decided_by, "hook `branch`");
@@ -399,11 +401,49 @@ fn the_runner_seam_records_who_denied_why_and_the_mode() {
         None,
         None,
     ));
-    let Verdict::Deny(denial) = CommandAuthorizer::authorize(&seam, &fx.request()) else {
+    let Verdict::Deny(denial) = CommandAuthorizer::authorize(&seam, &fx.request()).verdict else {
         panic!("headless supervised must deny");
     };
     assert_eq!(
         (denial.decided_by.as_str(), denial.mode.as_str()),
         ("policy", "supervised")
     );
+}
+
+#[test]
+fn the_runner_seam_reports_classifier_counters_in_decision_order_and_restores_them() {
+    let fx = fixture();
+    let classifier =
+        fx.classifier("echo '{\"version\":1,\"decision\":\"deny\",\"reason\":\"no\"}'");
+    let seam = SharedHostAuthorizer::new(HostAuthorizer::new(
+        PermissionMode::Auto,
+        fx.hooks(),
+        Some(classifier),
+        None,
+    ));
+    let first = CommandAuthorizer::authorize(&seam, &fx.request());
+    let second = CommandAuthorizer::authorize(&seam, &fx.request());
+    let (Some(a), Some(b)) = (first.counters, second.counters) else {
+        panic!("a classifier decision must report its counters: {first:?} {second:?}");
+    };
+    assert_eq!((a.order, b.order), (1, 2));
+    assert_eq!(a.counters.total_denials(), 1);
+    assert_eq!(b.counters.consecutive_denials(), 2);
+    assert!(matches!(second.verdict, Verdict::Deny(ref d) if d.decided_by == "classifier"));
+
+    // A resumed run continues from the journaled counters: the next denial is the third in
+    // a row, which escalates (and fails closed headless, saying so).
+    let resumed = SharedHostAuthorizer::new(HostAuthorizer::new(
+        PermissionMode::Auto,
+        fx.hooks(),
+        Some(fx.classifier("echo '{\"version\":1,\"decision\":\"deny\",\"reason\":\"no\"}'")),
+        None,
+    ));
+    resumed.restore_counters(b.counters);
+    let third = CommandAuthorizer::authorize(&resumed, &fx.request());
+    assert_eq!(third.counters.unwrap().counters.consecutive_denials(), 3);
+    let Verdict::Deny(denial) = third.verdict else {
+        panic!("the classifier denied");
+    };
+    assert!(denial.reason.contains("escalation"), "{}", denial.reason);
 }

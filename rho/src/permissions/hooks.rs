@@ -164,6 +164,19 @@ impl ObservedEvent {
             ObservedEvent::Cancelled => HookEventName::WorkflowCancelled,
         }
     }
+
+    /// The observational event of that name; `None` for `before_tool_use`.
+    pub const fn from_name(name: HookEventName) -> Option<Self> {
+        Some(match name {
+            HookEventName::BeforeToolUse => return None,
+            HookEventName::WorkflowStarted => ObservedEvent::Started,
+            HookEventName::WorkflowNodeStarted => ObservedEvent::NodeStarted,
+            HookEventName::WorkflowNodeFinished => ObservedEvent::NodeFinished,
+            HookEventName::WorkflowCompleted => ObservedEvent::Completed,
+            HookEventName::WorkflowFailed => ObservedEvent::Failed,
+            HookEventName::WorkflowCancelled => ObservedEvent::Cancelled,
+        })
+    }
 }
 
 /// An observational hook that did not exit cleanly; the runner journals it and carries on.
@@ -394,6 +407,8 @@ mod tests {
             ObservedEvent::Cancelled,
         ] {
             assert!(event.name().is_observational(), "{event:?}");
+            assert_eq!(ObservedEvent::from_name(event.name()), Some(event));
         }
+        assert_eq!(ObservedEvent::from_name(HookEventName::BeforeToolUse), None);
     }
 }

@@ -17,19 +17,21 @@ mod host_env;
 mod spawn;
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError};
 
 use rho_policy::hooks::HostLabels;
 use rho_policy::{
-    ApprovalResponder, Approvers, Authorization, Authorizer, Classifier, CommandRequest,
-    EscalationCounters, PermissionMode, PolicyError,
+    ApprovalResponder, Approvers, Authorization, Authorizer, Classifier, CommandRequest, Decider,
+    EscalationCounters, HookEventName, HookScope, PermissionMode, PolicyError,
 };
 
 use crate::cli::exit::{CliError, ExitCode};
 use crate::config::Config;
 use crate::paths::RhoHome;
-use crate::workflow::runner::authorize::{CommandAuthorizer, Verdict};
-use crate::workflow::state::DenialRecord;
+use crate::workflow::runner::authorize::{
+    CommandAuthorizer, CountersUpdate, Decision, HookFailure, RunObserver, Verdict, denial_record,
+};
 
 pub use classifier::{ClassifierCommand, DEFAULT_CLASSIFIER_TIMEOUT};
 pub use hooks::{LoadedHooks, ObservedEvent, ObserverFailure, ProcessHookRunner, load_hooks};
@@ -170,8 +172,13 @@ impl HostAuthorizer {
     /// restart cannot reset the classifier's denial count.
     #[must_use]
     pub fn with_counters(mut self, counters: EscalationCounters) -> Self {
-        self.authorizer = Authorizer::with_counters(self.authorizer.mode(), counters);
+        self.restore_counters(counters);
         self
+    }
+
+    /// [`Self::with_counters`] in place.
+    pub fn restore_counters(&mut self, counters: EscalationCounters) {
+        self.authorizer = Authorizer::with_counters(self.authorizer.mode(), counters);
     }
 
     /// Decides one attempt of one command node: policy, then hooks, then classifier and human
@@ -216,9 +223,20 @@ impl HostAuthorizer {
     pub fn hooks(&self) -> &ProcessHookRunner {
         &self.hooks
     }
+
+    /// Whether any project hook (`<workspace>/.rho/hooks.toml`, trusted) is active: a run
+    /// relies on that trust, since losing it would drop hooks that may deny.
+    pub fn project_hooks_active(&self) -> bool {
+        self.hooks
+            .hooks()
+            .all()
+            .iter()
+            .any(|h| h.scope == HookScope::Project)
+    }
 }
 
-/// A [`HostAuthorizer`] shared by a run's node workers: the runner's [`CommandAuthorizer`].
+/// A [`HostAuthorizer`] shared by a run's node workers: the runner's [`CommandAuthorizer`]
+/// and [`RunObserver`], and the only adapter between the two.
 ///
 /// Requests are decided one at a time under a lock, so prompts never interleave and the
 /// escalation counters see every classifier answer in order. Observational hooks run outside
@@ -227,6 +245,8 @@ pub struct SharedHostAuthorizer {
     inner: Mutex<HostAuthorizer>,
     observers: ProcessHookRunner,
     mode: PermissionMode,
+    project_hooks_active: bool,
+    decisions: AtomicU64,
 }
 
 impl std::fmt::Debug for SharedHostAuthorizer {
@@ -243,7 +263,9 @@ impl SharedHostAuthorizer {
         SharedHostAuthorizer {
             observers: host.hooks.clone(),
             mode: host.mode(),
+            project_hooks_active: host.project_hooks_active(),
             inner: Mutex::new(host),
+            decisions: AtomicU64::new(0),
         }
     }
 
@@ -252,13 +274,18 @@ impl SharedHostAuthorizer {
         self.lock().counters()
     }
 
+    /// Whether trusted project hooks are active (see [`HostAuthorizer::project_hooks_active`]).
+    pub fn project_hooks_active(&self) -> bool {
+        self.project_hooks_active
+    }
+
     /// Decides one request and returns the full [`Authorization`] (who, why, mode).
     pub fn authorize_request(&self, request: &CommandRequest) -> Authorization {
         self.lock().authorize(request)
     }
 
     /// Runs the observational hooks for `event`; the failures are for the journal.
-    pub fn observe(&self, event: ObservedEvent, labels: &HostLabels) -> Vec<ObserverFailure> {
+    pub fn observe_event(&self, event: ObservedEvent, labels: &HostLabels) -> Vec<ObserverFailure> {
         self.observers.observe(event, labels)
     }
 
@@ -276,20 +303,46 @@ impl From<HostAuthorizer> for SharedHostAuthorizer {
 }
 
 impl CommandAuthorizer for SharedHostAuthorizer {
-    fn mode(&self) -> String {
-        self.mode.as_str().to_owned()
+    fn mode(&self) -> PermissionMode {
+        self.mode
     }
 
-    fn authorize(&self, request: &CommandRequest) -> Verdict {
-        let decision = self.authorize_request(request);
-        if decision.allowed {
-            Verdict::Allow
-        } else {
-            Verdict::Deny(DenialRecord {
-                decided_by: decision.decided_by.to_string(),
-                reason: decision.reason,
-                mode: decision.mode.as_str().to_owned(),
-            })
+    fn authorize(&self, request: &CommandRequest) -> Decision {
+        let mut host = self.lock();
+        let before = host.counters();
+        let authorization = host.authorize(request);
+        let after = host.counters();
+        // Numbered while the lock is held, so the numbers follow the decisions' order.
+        let order = self.decisions.fetch_add(1, Ordering::SeqCst) + 1;
+        drop(host);
+        let classifier_took_part =
+            before != after || authorization.decided_by == Decider::Classifier;
+        Decision {
+            verdict: denial_record(&authorization).map_or(Verdict::Allow, Verdict::Deny),
+            counters: classifier_took_part.then_some(CountersUpdate {
+                order,
+                counters: after,
+            }),
         }
+    }
+
+    fn restore_counters(&self, counters: EscalationCounters) {
+        self.lock().restore_counters(counters);
+    }
+}
+
+impl RunObserver for SharedHostAuthorizer {
+    fn observe(&self, event: HookEventName, labels: &HostLabels) -> Vec<HookFailure> {
+        let Some(event) = ObservedEvent::from_name(event) else {
+            return Vec::new();
+        };
+        self.observe_event(event, labels)
+            .into_iter()
+            .map(|f| HookFailure {
+                hook_id: f.hook_id,
+                scope: f.scope.to_string(),
+                detail: f.detail,
+            })
+            .collect()
     }
 }

@@ -14,6 +14,7 @@ use std::fmt;
 
 use rho_ipc::data::Data;
 use rho_ipc::program::ROOT_SCOPE_ID;
+use rho_policy::EscalationCounters;
 use serde::{Deserialize, Serialize};
 
 /// Version of the `state.json` shape.
@@ -346,6 +347,23 @@ pub struct OwnerRecord {
     pub permission_mode: String,
 }
 
+/// An observational hook that failed; recorded, never acted on.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HookFailureRecord {
+    /// The event the hook observed (`workflow_started`, `workflow_node_finished`, ...).
+    pub event: String,
+    /// The hook's `id`.
+    pub hook_id: String,
+    /// `user` or `project`.
+    pub scope: String,
+    /// The node, for node events.
+    pub node: Option<String>,
+    /// The node's attempt, for node events.
+    pub attempt: Option<u32>,
+    /// How it failed.
+    pub detail: String,
+}
+
 /// The durable state of a run (`state.json`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct State {
@@ -365,6 +383,13 @@ pub struct State {
     pub owner: Option<OwnerRecord>,
     /// `seq` of the last event folded in.
     pub last_event_sequence: u64,
+    /// The classifier's escalation counters after its latest decision in this run (restored
+    /// by resume, so a restart cannot reset them).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub escalation: Option<EscalationCounters>,
+    /// Observational hooks that failed, oldest first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub hook_failures: Vec<HookFailureRecord>,
 }
 
 impl State {
@@ -379,6 +404,8 @@ impl State {
             cancel: None,
             owner: None,
             last_event_sequence: 0,
+            escalation: None,
+            hook_failures: Vec::new(),
         }
     }
 
@@ -563,6 +590,16 @@ pub enum EventKind {
         /// The nodes reset to pending.
         nodes: Vec<String>,
     },
+    /// The classifier decided a command node; its escalation counters are now these.
+    EscalationCounters {
+        /// Consecutive and total classifier denials in this run.
+        counters: EscalationCounters,
+    },
+    /// An observational hook failed; the run carries on unchanged.
+    HookFailed {
+        /// Which hook, on which event, and how it failed.
+        failure: HookFailureRecord,
+    },
     /// A torn final line was cut off when the journal was opened.
     JournalRepaired {
         /// Bytes removed from the end of the file.
@@ -589,6 +626,8 @@ impl EventKind {
             EventKind::ScopeReopened { .. } => "scope_reopened",
             EventKind::AttemptUncertain { .. } => "attempt_uncertain",
             EventKind::RecoveryStarted { .. } => "recovery_started",
+            EventKind::EscalationCounters { .. } => "escalation_counters",
+            EventKind::HookFailed { .. } => "hook_failed",
             EventKind::JournalRepaired { .. } => "journal_repaired",
         }
     }
@@ -849,6 +888,8 @@ pub fn apply(state: &mut State, event: &Event) -> Result<(), StateError> {
                 scope.command_exits.remove(node);
             }
         }
+        EventKind::EscalationCounters { counters } => state.escalation = Some(*counters),
+        EventKind::HookFailed { failure } => state.hook_failures.push(failure.clone()),
         EventKind::JournalRepaired { .. } => {}
     }
     state.last_event_sequence = seq;
@@ -1086,5 +1127,47 @@ mod tests {
         assert_eq!(json["seq"], 2);
         let back: Event = serde_json::from_value(json).unwrap();
         assert_eq!(back, e);
+    }
+
+    #[test]
+    fn counters_and_hook_failures_replay_and_leave_nodes_alone() {
+        let mut counters = EscalationCounters::new();
+        counters.record_denial();
+        counters.record_denial();
+        let failure = HookFailureRecord {
+            event: "workflow_node_finished".into(),
+            hook_id: "notify".into(),
+            scope: "user".into(),
+            node: Some("a".into()),
+            attempt: Some(1),
+            detail: "exited with status 1".into(),
+        };
+        let events = vec![
+            created(&["a"]),
+            ev(2, EventKind::EscalationCounters { counters }),
+            ev(
+                3,
+                EventKind::HookFailed {
+                    failure: failure.clone(),
+                },
+            ),
+        ];
+        let state = replay(&events).unwrap();
+        assert_eq!(state.escalation, Some(counters));
+        assert_eq!(state.hook_failures, vec![failure]);
+        assert_eq!(state.root().tasks["a"].state, NodeState::Pending);
+        let json = serde_json::to_value(&events[1]).unwrap();
+        assert_eq!(json["event"], "escalation_counters");
+        assert_eq!(json["counters"]["consecutive_denials"], 2);
+        assert_eq!(
+            serde_json::to_value(&events[2]).unwrap()["event"],
+            "hook_failed"
+        );
+
+        // A snapshot written before these fields existed still reads.
+        let mut old = serde_json::to_value(State::empty()).unwrap();
+        old.as_object_mut().unwrap().remove("escalation");
+        let back: State = serde_json::from_value(old).unwrap();
+        assert_eq!(back, State::empty());
     }
 }

@@ -6,10 +6,12 @@
 //! retried without the explicit recovery flag.
 
 use clap::Args;
+use rho_policy::{ModeSelection, PermissionMode, narrow};
 
 use super::Context;
 use super::run::{Progress, ProgressOutput, check_trust, confirm, finish, run_context, run_error};
 use crate::cli::exit::CliResult;
+use crate::permissions::{PermissionArgs, select_process_mode};
 use crate::workflow::runner::{self, ResumeOptions};
 use crate::workflow::store::runs::{self, StoredManifest};
 
@@ -29,14 +31,15 @@ pub struct ResumeArgs {
     /// Progress output.
     #[arg(long, value_enum, default_value = "text")]
     pub output: ProgressOutput,
-    /// The permission mode for command nodes (else RHO_PERMISSION_MODE, config, `bypass`).
-    #[arg(long, value_name = "MODE")]
-    pub permission_mode: Option<String>,
+    /// The current mode only narrows the run's recorded one, never widens it.
+    #[command(flatten)]
+    pub permissions: PermissionArgs,
 }
 
 /// Runs `rho workflow resume`.
 pub fn run_resume(args: &ResumeArgs) -> CliResult {
     let ctx = Context::from_env()?;
+    let selection = select_process_mode(args.permissions.permission_mode.as_deref(), &ctx.config)?;
     let id = runs::resolve(&ctx.home, &args.id).map_err(|e| super::store_error(&e))?;
     let run = runs::open(&ctx.home, &id).map_err(|e| super::store_error(&e))?;
     let manifest = match run.manifest().map_err(|e| super::store_error(&e))? {
@@ -51,14 +54,16 @@ pub fn run_resume(args: &ResumeArgs) -> CliResult {
         .load_program(&manifest)
         .map_err(|e| super::store_error(&e))?;
     drop(run);
-    check_trust(&ctx, program.trust.project_agents)?;
+    let Some(recorded) = manifest.policy else {
+        return Err(run_error(&runner::RunError::PolicyNotRecorded {
+            run_id: id,
+        }));
+    };
+    check_trust(&ctx, &recorded.trust)?;
     confirm(&manifest.plan_id, &manifest.program_digest, args.yes)?;
-    let run_ctx = run_context(&ctx, args.permission_mode.as_deref())?;
-    let mut sink = Progress::new(
-        args.output,
-        run_ctx.authorizer.mode(),
-        program.root.nodes.len(),
-    );
+    let (mode, source) = resume_mode(recorded.permission_mode, selection);
+    let run_ctx = run_context(&ctx, mode)?;
+    let mut sink = Progress::new(args.output, mode, source, program.root.nodes.len());
     let result = runner::resume(
         &run_ctx,
         &id,
@@ -68,4 +73,48 @@ pub fn run_resume(args: &ResumeArgs) -> CliResult {
         &mut sink,
     );
     finish(&mut sink, result)
+}
+
+/// The mode a resume runs under, `narrow(recorded, current)`, and how to describe where it
+/// came from.
+fn resume_mode(recorded: PermissionMode, current: ModeSelection) -> (PermissionMode, String) {
+    let mode = narrow(recorded, current.mode);
+    if mode == current.mode {
+        (mode, current.source.to_string())
+    } else {
+        (
+            mode,
+            format!(
+                "recorded when the run was created; {} asked for {}, and current settings only \
+                 narrow",
+                current.source, current.mode
+            ),
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use rho_policy::ModeSource;
+
+    use super::*;
+
+    #[test]
+    fn resume_never_widens_the_recorded_mode() {
+        let flag = |mode| ModeSelection {
+            mode,
+            source: ModeSource::Flag,
+        };
+        let (mode, source) = resume_mode(PermissionMode::Plan, flag(PermissionMode::Bypass));
+        assert_eq!(mode, PermissionMode::Plan);
+        assert!(
+            source.contains("--permission-mode asked for bypass"),
+            "{source}"
+        );
+        let (mode, source) = resume_mode(PermissionMode::Bypass, flag(PermissionMode::Supervised));
+        assert_eq!(
+            (mode, source.as_str()),
+            (PermissionMode::Supervised, "--permission-mode")
+        );
+    }
 }

@@ -15,9 +15,14 @@ use serde_json::json;
 
 use super::{Context, InputArgs, create_plan, store_error};
 use crate::cli::exit::{CliError, CliResult, ExitCode};
+use rho_policy::{PermissionMode, TrustRequirement};
+
+use crate::permissions::{
+    HostAuthorizer, PermissionArgs, SharedHostAuthorizer, select_process_mode,
+};
 use crate::workflow::plan::error_chain;
 use crate::workflow::runner::agent::NoAgentRuntime;
-use crate::workflow::runner::authorize::HostCommandAuthorizer;
+use crate::workflow::runner::authorize::CommandAuthorizer;
 use crate::workflow::runner::{self, ProgressSink, RunContext, RunError, RunReport, signals};
 use crate::workflow::state::{Event, EventKind, Lifecycle, NodeState, Outcome, State};
 use crate::workflow::store::plans;
@@ -46,14 +51,15 @@ pub struct RunArgs {
     /// Progress output.
     #[arg(long, value_enum, default_value = "text")]
     pub output: ProgressOutput,
-    /// The permission mode for command nodes (else RHO_PERMISSION_MODE, config, `bypass`).
-    #[arg(long, value_name = "MODE")]
-    pub permission_mode: Option<String>,
+    #[command(flatten)]
+    pub permissions: PermissionArgs,
 }
 
 /// Runs `rho workflow run`.
 pub fn run_run(args: &RunArgs) -> CliResult {
     let ctx = Context::from_env()?;
+    // An unknown mode is a configuration error before anything is planned or stored.
+    let selection = select_process_mode(args.permissions.permission_mode.as_deref(), &ctx.config)?;
     let is_file = Path::new(&args.target)
         .extension()
         .is_some_and(|e| e == "star")
@@ -79,21 +85,31 @@ pub fn run_run(args: &RunArgs) -> CliResult {
         plans::resolve(&ctx.home, &args.target).map_err(|e| store_error(&e))?
     };
     let plan = plans::load(&ctx.home, &plan_id).map_err(|e| store_error(&e))?;
-    check_trust(&ctx, plan.program.trust.project_agents)?;
+    check_trust(
+        &ctx,
+        &TrustRequirement {
+            project_agents: plan.program.trust.project_agents,
+            ..TrustRequirement::default()
+        },
+    )?;
+    // Consent covers the digest and nothing else: the mode, hooks and trust below are
+    // decided exactly as they would be without it.
     let confirmation = confirm(&plan_id, &plan.program_digest, args.yes)?;
-    let run_ctx = run_context(&ctx, args.permission_mode.as_deref())?;
+    let run_ctx = run_context(&ctx, selection.mode)?;
     let mut sink = Progress::new(
         args.output,
-        run_ctx.authorizer.mode(),
+        selection.mode,
+        selection.source.to_string(),
         plan.program.root.nodes.len(),
     );
     let result = runner::start(&run_ctx, &plan, confirmation, &mut sink);
     finish(&mut sink, result)
 }
 
-/// Re-checks the trust a plan needed; current trust may only narrow.
-pub fn check_trust(ctx: &Context, project_agents: bool) -> Result<(), CliError> {
-    if !project_agents {
+/// Re-checks the trust a plan (or run) needed against the trust this process has now; gone
+/// trust fails with the message saying to resolve it and create a new plan.
+pub fn check_trust(ctx: &Context, required: &TrustRequirement) -> Result<(), CliError> {
+    if required.kinds().is_empty() {
         return Ok(());
     }
     let current = crate::trust::current(
@@ -102,12 +118,7 @@ pub fn check_trust(ctx: &Context, project_agents: bool) -> Result<(), CliError> 
         crate::trust::overrides_from_env(),
     )
     .map_err(|e| CliError::operational(error_chain(&e)))?;
-    let required = rho_policy::TrustRequirement {
-        project_sources: false,
-        project_agents: true,
-        project_hooks: false,
-    };
-    rho_policy::check_trust(&required, &current).map_err(|e| CliError::invalid(e.to_string()))
+    rho_policy::check_trust(required, &current).map_err(|e| CliError::invalid(e.to_string()))
 }
 
 /// Asks for (or takes) consent to `digest` for one new run.
@@ -146,24 +157,23 @@ pub fn confirm(plan_id: &str, digest: &str, yes: bool) -> Result<Confirmation, C
     }
 }
 
-/// The owner's context: permission mode (flag, environment, configuration, `bypass`), the
-/// host authorizer, no agent runtime, and SIGINT/SIGTERM as cancellation.
-pub fn run_context(ctx: &Context, permission_mode: Option<&str>) -> Result<RunContext, CliError> {
-    let selection = crate::permissions::mode::select_process_mode(permission_mode, &ctx.config)
-        .map_err(CliError::from)?;
-    let host = crate::permissions::HostAuthorizer::for_process(
-        selection.mode,
-        &ctx.home,
-        &ctx.config,
-        &ctx.workspace,
-    )
-    .map_err(CliError::from)?;
+/// The owner's context: the host authorizer under `mode` (hooks, classifier, a terminal
+/// responder when there is a terminal), the same hooks as observers, no agent runtime, and
+/// SIGINT/SIGTERM as cancellation.
+pub fn run_context(ctx: &Context, mode: PermissionMode) -> Result<RunContext, CliError> {
+    let host = HostAuthorizer::for_process(mode, &ctx.home, &ctx.config, &ctx.workspace)?;
+    let shared = Arc::new(SharedHostAuthorizer::new(host));
     signals::install()
         .map_err(|e| CliError::operational(format!("cannot install signal handlers: {e}")))?;
     Ok(RunContext {
         home: ctx.home.clone(),
         workspace: ctx.workspace.clone(),
-        authorizer: Arc::new(HostCommandAuthorizer::new(host)),
+        policy_trust: TrustRequirement {
+            project_hooks: shared.project_hooks_active(),
+            ..TrustRequirement::default()
+        },
+        authorizer: Arc::clone(&shared) as Arc<dyn CommandAuthorizer>,
+        observer: shared,
         agents: Arc::new(NoAgentRuntime),
         watch_signals: true,
     })
@@ -184,7 +194,9 @@ pub fn outcome_code(outcome: Outcome) -> ExitCode {
 pub fn run_error(error: &RunError) -> CliError {
     let code = match error {
         RunError::NeedsRecovery { .. } | RunError::StillAlive { .. } => ExitCode::NeedsRecovery,
-        RunError::Legacy(_) | RunError::WorkspaceMismatch { .. } => ExitCode::Invalid,
+        RunError::Legacy(_)
+        | RunError::WorkspaceMismatch { .. }
+        | RunError::PolicyNotRecorded { .. } => ExitCode::Invalid,
         RunError::Store(e) => return store_error(e),
         _ => ExitCode::Operational,
     };
@@ -215,7 +227,8 @@ pub struct Progress {
     sequence: u64,
     run_id: String,
     run_dir: Option<PathBuf>,
-    mode: String,
+    mode: PermissionMode,
+    mode_source: String,
     total: usize,
     done: usize,
     started: Instant,
@@ -231,8 +244,15 @@ impl std::fmt::Debug for Progress {
 }
 
 impl Progress {
-    /// A sink for `format`; text is live only when stdout is a terminal.
-    pub fn new(format: ProgressOutput, mode: String, total: usize) -> Self {
+    /// A sink for `format`; text is live only when stdout is a terminal. `mode` is the
+    /// permission mode in force and `mode_source` says what selected it (shown, so an open
+    /// `bypass` posture is never silent).
+    pub fn new(
+        format: ProgressOutput,
+        mode: PermissionMode,
+        mode_source: String,
+        total: usize,
+    ) -> Self {
         Progress {
             format,
             live: format == ProgressOutput::Text && std::io::stdout().is_terminal(),
@@ -240,6 +260,7 @@ impl Progress {
             run_id: String::new(),
             run_dir: None,
             mode,
+            mode_source,
             total,
             done: 0,
             started: Instant::now(),
@@ -341,6 +362,7 @@ impl Progress {
                     "outcome": outcome,
                     "exports": exports,
                     "permission_mode": self.mode,
+                    "permission_mode_source": self.mode_source,
                     "run_dir": self.run_dir,
                 }),
             ),
@@ -409,7 +431,10 @@ impl ProgressSink for Progress {
             self.run_dir = Some(home.workflows().join("runs").join(run_id));
         }
         if self.format == ProgressOutput::Text {
-            self.line(&format!("run_id: {run_id}\npermission mode: {}", self.mode));
+            self.line(&format!(
+                "run_id: {run_id}\npermission mode: {} ({})",
+                self.mode, self.mode_source
+            ));
         }
     }
 
@@ -433,7 +458,7 @@ impl ProgressSink for Progress {
                         self.line(&format!("lifecycle: {lifecycle}"));
                     }
                 } else {
-                    let mode = self.mode.clone();
+                    let mode = self.mode;
                     self.jsonl(
                         "state_changed",
                         json!({ "lifecycle": lifecycle, "permission_mode": mode }),
@@ -503,6 +528,17 @@ impl ProgressSink for Progress {
                         json!({ "node": node, "attempt": attempt, "state": "denial", "decided_by": denial.decided_by, "reason": denial.reason }),
                     );
                 }
+            }
+            EventKind::HookFailed { failure } if text => {
+                let at = failure
+                    .node
+                    .as_ref()
+                    .map(|n| format!(" (node {n})"))
+                    .unwrap_or_default();
+                self.line(&format!(
+                    "warning: {} hook `{}` on {}{at} failed: {} (recorded; the run goes on)",
+                    failure.scope, failure.hook_id, failure.event, failure.detail
+                ));
             }
             EventKind::NodeStateChanged {
                 node,

@@ -75,6 +75,8 @@ fn status_json(inspection: &Inspection, graph: &serde_json::Value) -> serde_json
                 "outputs": root.map(|r| &r.outputs),
                 "command_exits": root.map(|r| &r.command_exits),
                 "completions": root.map(|r| &r.completions),
+                "permission_mode": manifest.policy.map(|p| p.permission_mode),
+                "hook_failures": state.map(|s| &s.hook_failures),
                 "owner_alive": state.and_then(|s| s.owner.as_ref()).map(|_| !inspection.owner_dead),
                 "needs_recovery": inspection.uncertain,
             })
@@ -106,6 +108,33 @@ fn status_text(id: &str, run_dir: &std::path::Path, inspection: &Inspection) -> 
     let _ = writeln!(out, "name: {}", manifest.name);
     let _ = writeln!(out, "plan: {}", manifest.plan_id);
     let _ = writeln!(out, "program_digest: {}", manifest.program_digest);
+    let _ = writeln!(
+        out,
+        "consent: {} at {} to {} (for this run only; it grants nothing else)",
+        match manifest.confirmation.method {
+            runs::ConfirmationMethod::Yes => "--yes",
+            runs::ConfirmationMethod::Prompt => "prompt",
+        },
+        manifest.confirmation.at,
+        manifest.confirmation.digest
+    );
+    match &manifest.policy {
+        Some(policy) => {
+            let trust = policy.trust.kinds();
+            let _ = writeln!(
+                out,
+                "permission mode: {} (recorded at creation; a resume can only narrow it)",
+                policy.permission_mode
+            );
+            if !trust.is_empty() {
+                let names: Vec<String> = trust.iter().map(ToString::to_string).collect();
+                let _ = writeln!(out, "relies on trust in: {}", names.join(", "));
+            }
+        }
+        None => {
+            let _ = writeln!(out, "permission mode: not recorded (an earlier build)");
+        }
+    }
     let lifecycle = inspection.effective_lifecycle().unwrap_or(state.lifecycle);
     let _ = writeln!(out, "lifecycle: {lifecycle}");
     if let Some(owner) = &state.owner {
@@ -188,6 +217,18 @@ fn status_text(id: &str, run_dir: &std::path::Path, inspection: &Inspection) -> 
                 }
             }
         }
+    }
+    for f in &state.hook_failures {
+        let at = match (&f.node, f.attempt) {
+            (Some(node), Some(attempt)) => format!(" (node {node} attempt {attempt})"),
+            (Some(node), None) => format!(" (node {node})"),
+            _ => String::new(),
+        };
+        let _ = writeln!(
+            out,
+            "hook failed: {} hook `{}` on {}{at}: {}",
+            f.scope, f.hook_id, f.event, f.detail
+        );
     }
     if !inspection.uncertain.is_empty() {
         let _ = writeln!(

@@ -1,12 +1,22 @@
-//! The seam between the owner loop and policy: every command node attempt is authorized
-//! through a [`CommandAuthorizer`] before its checkout lock, verification and spawn.
+//! The seams between the owner loop and policy: every command node attempt is authorized
+//! through a [`CommandAuthorizer`] before its checkout lock, verification and spawn, and the
+//! observational workflow events go to a [`RunObserver`].
+//!
+//! The runner defines these traits and never learns where policy comes from: the host's
+//! implementation (hooks, classifier and terminal prompts) lives in `crate::permissions`,
+//! which depends on this module, not the other way round.
 //!
 //! Invariant: the runner never decides authority itself; a denial is recorded with who
-//! denied and why, and the mode in force is part of every record and output.
+//! denied and why, the mode in force is part of every record and output, and nothing an
+//! observer reports can change the run.
 
 use std::sync::Mutex;
 
-use rho_policy::{Approvers, Authorizer, CommandRequest, HookRunner, NoHooks, PermissionMode};
+use rho_policy::hooks::HostLabels;
+use rho_policy::{
+    Approvers, Authorizer, CommandRequest, EscalationCounters, HookEventName, HookRunner, NoHooks,
+    PermissionMode,
+};
 
 use crate::workflow::state::DenialRecord;
 
@@ -19,16 +29,77 @@ pub enum Verdict {
     Deny(DenialRecord),
 }
 
+/// The classifier's escalation counters after one of its decisions, numbered in decision
+/// order: workers report concurrently, so the owner journals an update only when it is newer
+/// than the last one it journaled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CountersUpdate {
+    /// 1 for this authorizer's first decision, growing by one per decision.
+    pub order: u64,
+    /// The counters after the decision.
+    pub counters: EscalationCounters,
+}
+
+/// One authorization.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Decision {
+    /// Run or not, and who refused.
+    pub verdict: Verdict,
+    /// Present when the classifier took part: its counters afterwards, for the journal.
+    pub counters: Option<CountersUpdate>,
+}
+
 /// Authorizes `workflow_command` requests for one run.
 pub trait CommandAuthorizer: Send + Sync {
     /// The permission mode in force (for records and outputs).
-    fn mode(&self) -> String;
+    fn mode(&self) -> PermissionMode;
     /// Decides one request (may block, e.g. on a human prompt).
-    fn authorize(&self, request: &CommandRequest) -> Verdict;
+    fn authorize(&self, request: &CommandRequest) -> Decision;
+    /// Continues with the escalation counters a previous owner journaled (resume).
+    fn restore_counters(&self, counters: EscalationCounters);
 }
 
-/// The policy crate's authorizer: the mode's decision table, then the `before_tool_use`
-/// hooks, then approval. Without a responder (headless) approval fails closed.
+/// An observational hook that did not succeed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HookFailure {
+    /// The hook's `id`.
+    pub hook_id: String,
+    /// `user` or `project`.
+    pub scope: String,
+    /// How it failed.
+    pub detail: String,
+}
+
+/// Receives the observational workflow events (`workflow_started`, `workflow_node_started`,
+/// `workflow_node_finished`, `workflow_completed`, `workflow_failed`, `workflow_cancelled`).
+pub trait RunObserver: Send + Sync {
+    /// Reports `event` (blocking until the observers are done) and returns their failures,
+    /// which the owner journals; nothing else comes back.
+    fn observe(&self, event: HookEventName, labels: &HostLabels) -> Vec<HookFailure>;
+}
+
+/// No observers.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoObservers;
+
+impl RunObserver for NoObservers {
+    fn observe(&self, _event: HookEventName, _labels: &HostLabels) -> Vec<HookFailure> {
+        Vec::new()
+    }
+}
+
+/// The denial record of an authorization that refused.
+pub fn denial_record(authorization: &rho_policy::Authorization) -> Option<DenialRecord> {
+    (!authorization.allowed).then(|| DenialRecord {
+        decided_by: authorization.decided_by.to_string(),
+        reason: authorization.reason.clone(),
+        mode: authorization.mode.as_str().to_owned(),
+    })
+}
+
+/// The policy crate's authorizer without host I/O: the mode's decision table, then the
+/// `before_tool_use` hooks given, then approval, which fails closed (no responder, no
+/// classifier). For embedding and tests; `rho` itself uses `permissions::SharedHostAuthorizer`.
 pub struct PolicyAuthorizer {
     inner: Mutex<(Authorizer, Box<dyn HookRunner + Send>)>,
     mode: PermissionMode,
@@ -58,11 +129,11 @@ impl PolicyAuthorizer {
 }
 
 impl CommandAuthorizer for PolicyAuthorizer {
-    fn mode(&self) -> String {
-        self.mode.as_str().to_owned()
+    fn mode(&self) -> PermissionMode {
+        self.mode
     }
 
-    fn authorize(&self, request: &CommandRequest) -> Verdict {
+    fn authorize(&self, request: &CommandRequest) -> Decision {
         let mut guard = self
             .inner
             .lock()
@@ -73,65 +144,20 @@ impl CommandAuthorizer for PolicyAuthorizer {
             classifier: None,
             hooks: hooks.as_mut(),
         };
-        let decision = authorizer.authorize(request, &mut approvers);
-        if decision.allowed {
-            Verdict::Allow
-        } else {
-            Verdict::Deny(DenialRecord {
-                decided_by: decision.decided_by.to_string(),
-                reason: decision.reason,
-                mode: decision.mode.as_str().to_owned(),
-            })
+        let authorization = authorizer.authorize(request, &mut approvers);
+        Decision {
+            verdict: denial_record(&authorization).map_or(Verdict::Allow, Verdict::Deny),
+            // Without a classifier the counters never move.
+            counters: None,
         }
     }
-}
 
-/// The host's authorizer (hooks, classifier, terminal responder) behind a lock, so parallel
-/// nodes ask one at a time and prompts never interleave.
-pub struct HostCommandAuthorizer {
-    inner: Mutex<crate::permissions::HostAuthorizer>,
-    mode: PermissionMode,
-}
-
-impl std::fmt::Debug for HostCommandAuthorizer {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("HostCommandAuthorizer")
-            .field("mode", &self.mode)
-            .finish_non_exhaustive()
-    }
-}
-
-impl HostCommandAuthorizer {
-    /// Wraps the host authorizer of this process.
-    pub fn new(host: crate::permissions::HostAuthorizer) -> Self {
-        let mode = host.mode();
-        HostCommandAuthorizer {
-            inner: Mutex::new(host),
-            mode,
-        }
-    }
-}
-
-impl CommandAuthorizer for HostCommandAuthorizer {
-    fn mode(&self) -> String {
-        self.mode.as_str().to_owned()
-    }
-
-    fn authorize(&self, request: &CommandRequest) -> Verdict {
-        let decision = self
+    fn restore_counters(&self, counters: EscalationCounters) {
+        let mut guard = self
             .inner
             .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .authorize(request);
-        if decision.allowed {
-            Verdict::Allow
-        } else {
-            Verdict::Deny(DenialRecord {
-                decided_by: decision.decided_by.to_string(),
-                reason: decision.reason,
-                mode: decision.mode.as_str().to_owned(),
-            })
-        }
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        guard.0 = Authorizer::with_counters(self.mode, counters);
     }
 }
 
@@ -162,11 +188,14 @@ mod tests {
     #[test]
     fn bypass_allows_and_plan_denies_with_policy_as_decider() {
         assert_eq!(
-            PolicyAuthorizer::new(PermissionMode::Bypass).authorize(&request()),
+            PolicyAuthorizer::new(PermissionMode::Bypass)
+                .authorize(&request())
+                .verdict,
             Verdict::Allow
         );
-        let Verdict::Deny(denial) =
-            PolicyAuthorizer::new(PermissionMode::Plan).authorize(&request())
+        let Verdict::Deny(denial) = PolicyAuthorizer::new(PermissionMode::Plan)
+            .authorize(&request())
+            .verdict
         else {
             panic!("plan must deny");
         };
@@ -177,7 +206,8 @@ mod tests {
 
     #[test]
     fn headless_supervised_fails_closed() {
-        let verdict = PolicyAuthorizer::new(PermissionMode::Supervised).authorize(&request());
-        assert!(matches!(verdict, Verdict::Deny(_)));
+        let decision = PolicyAuthorizer::new(PermissionMode::Supervised).authorize(&request());
+        assert!(matches!(decision.verdict, Verdict::Deny(_)));
+        assert_eq!(decision.counters, None);
     }
 }

@@ -18,9 +18,10 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use rho_ipc::program::FrozenProgram;
+use rho_policy::{PermissionMode, TrustRequirement};
 
 use self::agent::AgentExecutor;
-use self::authorize::CommandAuthorizer;
+use self::authorize::{CommandAuthorizer, RunObserver};
 use self::owner::Owner;
 use self::worker::Shared;
 use crate::paths::RhoHome;
@@ -32,7 +33,9 @@ use crate::workflow::state::{
 };
 use crate::workflow::store::StoreError;
 use crate::workflow::store::plans::{StoredPlan, WorkspaceIdentity};
-use crate::workflow::store::runs::{self, Confirmation, RunDir, RunManifest, StoredManifest};
+use crate::workflow::store::runs::{
+    self, Confirmation, RunDir, RunManifest, RunPolicy, StoredManifest,
+};
 
 /// Receives every journal record as the owner writes it (for progress output).
 pub trait ProgressSink {
@@ -57,8 +60,14 @@ pub struct RunContext {
     pub home: RhoHome,
     /// The canonical workspace.
     pub workspace: PathBuf,
-    /// Authorizes command nodes.
+    /// Authorizes command nodes (its mode is the one in force: for a resume, already
+    /// narrowed to the run's recorded mode).
     pub authorizer: Arc<dyn CommandAuthorizer>,
+    /// Receives the observational workflow events.
+    pub observer: Arc<dyn RunObserver>,
+    /// Project trust the current policy relies on besides the plan's (active project hooks),
+    /// recorded with a new run.
+    pub policy_trust: TrustRequirement,
     /// Runs agent nodes.
     pub agents: Arc<dyn AgentExecutor>,
     /// Whether SIGINT/SIGTERM (see [`signals::install`]) request cancellation.
@@ -150,6 +159,30 @@ pub enum RunError {
         /// Non-terminal nodes.
         pending: Vec<String>,
     },
+    /// The run records no permission mode and trust (it was created before they were
+    /// recorded), so nothing says how far a resume may go.
+    #[error(
+        "run {run_id} records no permission mode (it was created by an earlier build); it \
+         cannot be resumed: create a new run from its plan"
+    )]
+    PolicyNotRecorded {
+        /// The run.
+        run_id: String,
+    },
+    /// The authorizer handed to resume is wider than the run's recorded mode (the caller
+    /// must narrow it first).
+    #[error(
+        "run {run_id} was created under permission mode {recorded}; resuming it under the \
+         wider mode {requested} is refused"
+    )]
+    ModeWidened {
+        /// The run.
+        run_id: String,
+        /// The mode recorded at creation.
+        recorded: PermissionMode,
+        /// The wider mode offered.
+        requested: PermissionMode,
+    },
     /// A broken internal expectation.
     #[error("internal error: {0}")]
     Internal(String),
@@ -201,6 +234,7 @@ fn shared(
         workspace: ctx.workspace.clone(),
         env: Arc::new(env),
         authorizer: Arc::clone(&ctx.authorizer),
+        observer: Arc::clone(&ctx.observer),
         agents: Arc::clone(&ctx.agents),
         checkout: Some(Arc::new(checkout)),
     }))
@@ -225,7 +259,15 @@ pub fn start(
             "consent names another digest than the plan".to_owned(),
         ));
     }
-    let (run, _manifest, _) = runs::create(&ctx.home, plan, workspace, confirmation)?;
+    let policy = RunPolicy {
+        permission_mode: ctx.authorizer.mode(),
+        trust: TrustRequirement {
+            project_sources: ctx.policy_trust.project_sources,
+            project_agents: plan.program.trust.project_agents || ctx.policy_trust.project_agents,
+            project_hooks: ctx.policy_trust.project_hooks,
+        },
+    };
+    let (run, _manifest, _) = runs::create(&ctx.home, plan, workspace, confirmation, policy)?;
     progress.created(run.id());
     let lock = run.try_lock()?.ok_or_else(|| RunError::Owned {
         run_id: run.id().to_owned(),
@@ -251,7 +293,7 @@ pub fn start(
     owner.record(EventKind::OwnerOpened {
         pid,
         start_time,
-        permission_mode: ctx.authorizer.mode(),
+        permission_mode: ctx.authorizer.mode().as_str().to_owned(),
         command: "run".to_owned(),
     })?;
     owner.record(EventKind::LifecycleChanged {
@@ -326,6 +368,22 @@ pub fn resume(
     progress: &mut dyn ProgressSink,
 ) -> Result<RunReport, RunError> {
     let (run, manifest, program, lock, journal, state) = open_owned(ctx, run_id)?;
+    // Current policy only narrows: the mode in force may not exceed the one recorded when
+    // the run was created, and the classifier's counters carry on where they were.
+    let recorded = manifest.policy.ok_or_else(|| RunError::PolicyNotRecorded {
+        run_id: run_id.to_owned(),
+    })?;
+    let mode = ctx.authorizer.mode();
+    if mode > recorded.permission_mode {
+        return Err(RunError::ModeWidened {
+            run_id: run_id.to_owned(),
+            recorded: recorded.permission_mode,
+            requested: mode,
+        });
+    }
+    if let Some(counters) = state.escalation {
+        ctx.authorizer.restore_counters(counters);
+    }
     let run = Arc::new(run);
     let program = Arc::new(program);
     let shared = shared(ctx, &run, &program, &manifest.program_digest)?;
@@ -371,7 +429,7 @@ pub fn resume(
     owner.record(EventKind::OwnerOpened {
         pid,
         start_time,
-        permission_mode: ctx.authorizer.mode(),
+        permission_mode: ctx.authorizer.mode().as_str().to_owned(),
         command: "resume".to_owned(),
     })?;
 

@@ -1,5 +1,7 @@
 //! The owner loop: the single thread that holds `mutation.lock`, writes the journal, runs
-//! scheduling passes and starts workers.
+//! scheduling passes and starts workers, and tells the run-level observers (hooks on
+//! `workflow_started`, `workflow_completed`, `workflow_failed`, `workflow_cancelled`) what
+//! happened, journaling their failures as `hook_failed` without acting on them.
 //!
 //! Invariant: every state change goes journal-first (`append` then `apply` to the in-memory
 //! state, so memory always equals a replay of the journal); the journal is synced once per
@@ -13,14 +15,18 @@ use std::time::Duration;
 
 use rho_ipc::data::Data;
 use rho_ipc::program::{Execution, FrozenProgram, ROOT_SCOPE_ID};
+use rho_policy::HookEventName;
+use rho_policy::hooks::HostLabels;
 
+use super::authorize::HookFailure;
 use super::worker::{self, Finished, Shared, Work, WorkerMsg};
 use super::{ProgressSink, RunError, signals, template};
 use crate::workflow::exec::CancelToken;
 use crate::workflow::journal::Journal;
 use crate::workflow::scheduler;
 use crate::workflow::state::{
-    EventKind, ExportValue, Lifecycle, NodeState, Outcome, ScopeResult, State, apply,
+    EventKind, ExportValue, HookFailureRecord, Lifecycle, NodeState, Outcome, ScopeResult, State,
+    apply,
 };
 use crate::workflow::store::runs::RunDir;
 
@@ -50,6 +56,8 @@ pub(super) struct Owner<'p> {
     active: HashMap<String, CancelToken>,
     snapshot_seq: u64,
     cancelling: Option<String>,
+    /// The order of the latest classifier counters journaled by this owner.
+    counters_order: u64,
 }
 
 struct Job {
@@ -83,6 +91,7 @@ impl<'p> Owner<'p> {
             active: HashMap::new(),
             snapshot_seq,
             cancelling: None,
+            counters_order: 0,
         }
     }
 
@@ -103,8 +112,44 @@ impl<'p> Owner<'p> {
         Ok(())
     }
 
+    /// Runs the observers of a run-level event and journals their failures; they change
+    /// nothing else.
+    pub(super) fn observe(&mut self, event: HookEventName) -> Result<(), RunError> {
+        let labels = HostLabels {
+            workflow_run_id: self.run.id().to_owned(),
+            plan_digest: self.shared.program_digest.clone(),
+            node_id: None,
+            attempt: None,
+        };
+        let failures = self.shared.observer.observe(event, &labels);
+        self.record_hook_failures(event, None, None, failures)
+    }
+
+    fn record_hook_failures(
+        &mut self,
+        event: HookEventName,
+        node: Option<&str>,
+        attempt: Option<u32>,
+        failures: Vec<HookFailure>,
+    ) -> Result<(), RunError> {
+        for f in failures {
+            self.record(EventKind::HookFailed {
+                failure: HookFailureRecord {
+                    event: event.as_str().to_owned(),
+                    hook_id: f.hook_id,
+                    scope: f.scope,
+                    node: node.map(str::to_owned),
+                    attempt,
+                    detail: f.detail,
+                },
+            })?;
+        }
+        Ok(())
+    }
+
     /// Drives the run until the root scope closes.
     pub(super) fn drive(&mut self) -> Result<Ended, RunError> {
+        self.observe(HookEventName::WorkflowStarted)?;
         loop {
             while let Ok(msg) = self.rx.try_recv() {
                 self.handle(msg)?;
@@ -317,6 +362,22 @@ impl<'p> Owner<'p> {
                 attempt,
                 process,
             }),
+            WorkerMsg::Counters(update) => {
+                // Workers report concurrently: only a newer decision's counters count.
+                if update.order <= self.counters_order {
+                    return Ok(());
+                }
+                self.counters_order = update.order;
+                self.record(EventKind::EscalationCounters {
+                    counters: update.counters,
+                })
+            }
+            WorkerMsg::HookFailed {
+                event,
+                node,
+                attempt,
+                failures,
+            } => self.record_hook_failures(event, Some(&node), Some(attempt), failures),
             WorkerMsg::Finished {
                 node,
                 attempt,
@@ -374,6 +435,13 @@ impl<'p> Owner<'p> {
         })?;
         self.record(EventKind::LifecycleChanged {
             lifecycle: Lifecycle::Completed,
+        })?;
+        // The run is decided and durable in memory; observers learn of it while this owner
+        // still holds the run, so their failures reach the journal before it closes.
+        self.observe(match outcome {
+            Outcome::Success => HookEventName::WorkflowCompleted,
+            Outcome::Cancellation => HookEventName::WorkflowCancelled,
+            Outcome::Failure | Outcome::Denial | Outcome::Blocked => HookEventName::WorkflowFailed,
         })?;
         #[allow(
             clippy::single_match_else,

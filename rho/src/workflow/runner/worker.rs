@@ -1,6 +1,7 @@
-//! One attempt of one node, on its own thread: authorization, checkout access,
-//! verification, spawn, supervision and output validation for commands; the agent executor
-//! for agents. The worker reports to the owner over a channel and never writes the journal.
+//! One attempt of one node, on its own thread: the node's observational hooks,
+//! authorization, checkout access, verification, spawn, supervision and output validation
+//! for commands; the agent executor for agents. The worker reports to the owner over a
+//! channel (including classifier counters and hook failures) and never writes the journal.
 //!
 //! Invariant: a worker starts only after the owner made its `launch_intended` durable, and
 //! it reports `Launched` before waiting so the process identity reaches the journal while
@@ -15,10 +16,11 @@ use std::time::{Duration, Instant};
 use rho_ipc::data::Data;
 use rho_ipc::digest::sha256_tagged;
 use rho_ipc::program::{Execution, FrozenProgram, Node, Schema};
-use rho_policy::{CommandRequest, ExecutableIdentity};
+use rho_policy::hooks::HostLabels;
+use rho_policy::{CommandRequest, ExecutableIdentity, HookEventName};
 
 use super::agent::{AgentExecutor, AgentRequest};
-use super::authorize::{CommandAuthorizer, Verdict};
+use super::authorize::{CommandAuthorizer, CountersUpdate, HookFailure, RunObserver, Verdict};
 use super::output::parse_stdout_json;
 use crate::workflow::checkout::{CheckoutError, CheckoutLock};
 use crate::workflow::exec::{self, CancelToken, CommandExit, CommandSpec, StreamArtifact};
@@ -34,6 +36,7 @@ pub(super) struct Shared {
     pub workspace: PathBuf,
     pub env: Arc<Vec<(OsString, OsString)>>,
     pub authorizer: Arc<dyn CommandAuthorizer>,
+    pub observer: Arc<dyn RunObserver>,
     pub agents: Arc<dyn AgentExecutor>,
     pub checkout: Option<Arc<CheckoutLock>>,
 }
@@ -53,6 +56,15 @@ pub(super) enum WorkerMsg {
         node: String,
         attempt: u32,
         process: ProcessIdentity,
+    },
+    /// The classifier decided an attempt; its counters afterwards.
+    Counters(CountersUpdate),
+    /// Observational hooks failed for a node event.
+    HookFailed {
+        event: HookEventName,
+        node: String,
+        attempt: u32,
+        failures: Vec<HookFailure>,
     },
     /// The attempt ended.
     Finished {
@@ -102,16 +114,56 @@ pub(super) fn run(
     cancel: &CancelToken,
     tx: &Sender<WorkerMsg>,
 ) {
+    observe(
+        shared,
+        HookEventName::WorkflowNodeStarted,
+        node,
+        attempt,
+        tx,
+    );
     let result = match work {
         Work::Command { argv } => run_command(shared, node, attempt, argv, cancel, tx),
         Work::Agent { prompt } => run_agent(shared, node, attempt, prompt, cancel),
     };
     let _ = write_status(shared, node, attempt, &result);
+    observe(
+        shared,
+        HookEventName::WorkflowNodeFinished,
+        node,
+        attempt,
+        tx,
+    );
     let _ = tx.send(WorkerMsg::Finished {
         node: node.id.clone(),
         attempt,
         result: Box::new(result),
     });
+}
+
+/// Runs the observers of a node event on this worker's thread (so the owner loop keeps
+/// watching for cancellation) and sends their failures to the owner for the journal.
+fn observe(
+    shared: &Shared,
+    event: HookEventName,
+    node: &Node,
+    attempt: u32,
+    tx: &Sender<WorkerMsg>,
+) {
+    let labels = HostLabels {
+        workflow_run_id: shared.run.id().to_owned(),
+        plan_digest: shared.program_digest.clone(),
+        node_id: Some(node.id.clone()),
+        attempt: Some(attempt),
+    };
+    let failures = shared.observer.observe(event, &labels);
+    if !failures.is_empty() {
+        let _ = tx.send(WorkerMsg::HookFailed {
+            event,
+            node: node.id.clone(),
+            attempt,
+            failures,
+        });
+    }
 }
 
 fn run_command(
@@ -149,7 +201,11 @@ fn run_command(
         timeout_ms: u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX),
         output_limit_bytes: node.max_output_bytes,
     };
-    if let Verdict::Deny(denial) = shared.authorizer.authorize(&request) {
+    let decision = shared.authorizer.authorize(&request);
+    if let Some(update) = decision.counters {
+        let _ = tx.send(WorkerMsg::Counters(update));
+    }
+    if let Verdict::Deny(denial) = decision.verdict {
         return Finished {
             state: Some(NodeState::Denial),
             reason: Some(denial.reason.clone()),

@@ -18,6 +18,7 @@ use nix::fcntl::{Flock, FlockArg, OFlag, openat};
 use nix::sys::stat::Mode;
 use rho_ipc::digest::{graph_digest, program_digest_of_bytes};
 use rho_ipc::program::{FrozenProgram, PROGRAM_FORMAT_VERSION};
+use rho_policy::{PermissionMode, TrustRequirement};
 use serde::{Deserialize, Serialize};
 
 use super::StoreError;
@@ -66,6 +67,18 @@ pub struct Confirmation {
     pub at: String,
 }
 
+/// The authority a run was created under, recorded so that resume can only narrow it:
+/// the permission mode its nodes were authorized under, and the project trust it relied on
+/// (the plan's, plus project hooks that were active).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RunPolicy {
+    /// The permission mode selected when the run was created.
+    pub permission_mode: PermissionMode,
+    /// The project trust the run relied on when it was created.
+    pub trust: TrustRequirement,
+}
+
 /// `manifest.json` of a run (format 2).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -84,8 +97,12 @@ pub struct RunManifest {
     pub graph_digest: String,
     /// The workspace it runs in.
     pub workspace: WorkspaceIdentity,
-    /// The consent.
+    /// The consent (to the digest only: it grants nothing else).
     pub confirmation: Confirmation,
+    /// The mode and trust the run was created under; absent in runs made before they were
+    /// recorded (such runs are not resumed, since nothing says how far they may go).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub policy: Option<RunPolicy>,
     /// The workflow name.
     pub name: String,
     /// Number of nodes.
@@ -245,6 +262,7 @@ pub fn create(
     plan: &StoredPlan,
     workspace: WorkspaceIdentity,
     confirmation: Confirmation,
+    policy: RunPolicy,
 ) -> Result<(RunDir, RunManifest, Vec<Event>), StoreError> {
     let runs = runs_dir(home, true)?
         .ok_or_else(|| StoreError::io("create", home.workflows(), std::io::ErrorKind::NotFound))?;
@@ -258,6 +276,7 @@ pub fn create(
         graph_digest: plan.manifest.graph_digest.clone(),
         workspace,
         confirmation,
+        policy: Some(policy),
         name: plan.program.name.clone(),
         node_count: plan.program.root.nodes.len() as u64,
     };
