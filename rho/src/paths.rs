@@ -28,10 +28,14 @@ pub struct RhoHome {
 impl RhoHome {
     /// Resolves `RHO_HOME`, falling back to `$HOME/.rho`.
     pub fn from_env() -> Result<Self, PathsError> {
-        let user_home = std::env::var_os("HOME").map(PathBuf::from).filter(|p| p.is_absolute());
+        let user_home = std::env::var_os("HOME")
+            .map(PathBuf::from)
+            .filter(|p| p.is_absolute());
         let root = match std::env::var_os("RHO_HOME").map(PathBuf::from) {
             Some(p) if p.is_absolute() => p,
-            Some(p) => std::env::current_dir().map_err(PathsError::CurrentDir)?.join(p),
+            Some(p) => std::env::current_dir()
+                .map_err(PathsError::CurrentDir)?
+                .join(p),
             None => user_home.as_ref().ok_or(PathsError::NoHome)?.join(".rho"),
         };
         Ok(Self { root, user_home })
@@ -39,7 +43,10 @@ impl RhoHome {
 
     /// A data directory at an explicit location (tests, tools).
     pub fn at(root: impl Into<PathBuf>, user_home: Option<PathBuf>) -> Self {
-        Self { root: root.into(), user_home }
+        Self {
+            root: root.into(),
+            user_home,
+        }
     }
 
     /// The data directory itself.

@@ -45,17 +45,26 @@ pub struct CliError {
 impl CliError {
     /// An invalid usage or invalid workflow error (exit 2).
     pub fn invalid(message: impl Into<String>) -> Self {
-        Self { code: ExitCode::Invalid, message: message.into() }
+        Self {
+            code: ExitCode::Invalid,
+            message: message.into(),
+        }
     }
 
     /// An operational error (exit 1).
     pub fn operational(message: impl Into<String>) -> Self {
-        Self { code: ExitCode::Operational, message: message.into() }
+        Self {
+            code: ExitCode::Operational,
+            message: message.into(),
+        }
     }
 
     /// An error with an explicit exit code.
     pub fn with_code(code: ExitCode, message: impl Into<String>) -> Self {
-        Self { code, message: message.into() }
+        Self {
+            code,
+            message: message.into(),
+        }
     }
 }
 

@@ -11,6 +11,7 @@ pub mod exec;
 pub mod identity;
 pub mod journal;
 pub mod plan;
+pub mod runner;
 pub mod scheduler;
 pub mod state;
 pub mod store;

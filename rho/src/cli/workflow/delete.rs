@@ -8,21 +8,34 @@ use clap::Args;
 use super::{print_out, store_error};
 use crate::cli::exit::{CliError, CliResult, ExitCode};
 use crate::paths::RhoHome;
-use crate::workflow::store::plans;
+use crate::workflow::store::{plans, runs};
 
-/// Delete a stored plan.
+/// Delete a stored plan or run.
 #[derive(Debug, Args)]
 pub struct DeleteArgs {
-    /// The plan id or a unique prefix of it.
-    #[arg(value_name = "PLAN_ID")]
+    /// The plan or run id, or a unique prefix of it.
+    #[arg(value_name = "PLAN_ID|RUN_ID")]
     pub id: String,
 }
 
 /// Runs `rho workflow delete`.
 pub fn run_delete(args: &DeleteArgs) -> CliResult {
     let home = RhoHome::from_env().map_err(|e| CliError::operational(e.to_string()))?;
-    let id = plans::resolve(&home, &args.id).map_err(|e| store_error(&e))?;
-    plans::delete(&home, &id).map_err(|e| store_error(&e))?;
-    print_out(&format!("deleted plan {id}\n"))?;
+    match plans::resolve(&home, &args.id) {
+        Ok(id) => {
+            plans::delete(&home, &id).map_err(|e| store_error(&e))?;
+            print_out(&format!("deleted plan {id}\n"))?;
+        }
+        Err(crate::workflow::store::StoreError::UnknownId { .. }) => {
+            // Not a plan: a run (refused while another process owns it).
+            let id = runs::resolve(&home, &args.id).map_err(|e| store_error(&e))?;
+            runs::delete(&home, &id).map_err(|e| match e {
+                runs::DeleteError::Store(e) => store_error(&e),
+                owned => CliError::operational(owned.to_string()),
+            })?;
+            print_out(&format!("deleted run {id}\n"))?;
+        }
+        Err(e) => return Err(store_error(&e)),
+    }
     Ok(ExitCode::Success)
 }

@@ -17,8 +17,11 @@ use crate::workflow::store::plans;
 #[derive(Debug, Args)]
 pub struct ListArgs {
     /// List plans (the default).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "runs")]
     pub plans: bool,
+    /// List runs instead of plans.
+    #[arg(long)]
+    pub runs: bool,
     /// Show at most N entries.
     #[arg(long, value_name = "N")]
     pub limit: Option<usize>,
@@ -32,6 +35,9 @@ pub fn run_list(args: &ListArgs) -> CliResult {
     let home = RhoHome::from_env().map_err(|e| CliError::operational(e.to_string()))?;
     let workspace = paths::current_workspace().map_err(|e| CliError::operational(e.to_string()))?;
     let workspace = workspace.to_string_lossy();
+    if args.runs {
+        return list_runs(&home, &workspace, args);
+    }
     let mut manifests: Vec<_> = plans::list(&home)
         .map_err(|e| store_error(&e))?
         .into_iter()
@@ -69,6 +75,61 @@ pub fn run_list(args: &ListArgs) -> CliResult {
                 out,
                 "{:<36}  {:<24}  {:>5}  {:<20}  {}",
                 m.plan_id, m.created_at, m.node_count, digest, m.name
+            );
+        }
+        out
+    };
+    print_out(&text)?;
+    Ok(ExitCode::Success)
+}
+
+/// `list --runs`: this workspace's runs (format-1 runs included, marked legacy), newest first.
+fn list_runs(home: &RhoHome, workspace: &str, args: &ListArgs) -> CliResult {
+    use crate::workflow::store::runs::{self, StoredManifest};
+    let mut items = Vec::new();
+    for manifest in runs::list(home).map_err(|e| store_error(&e))? {
+        let item = match &manifest {
+            StoredManifest::Current(m) if m.workspace.path == workspace => {
+                let state = runs::open(home, &m.run_id).ok().and_then(|r| r.read_state().ok().flatten());
+                let lifecycle = state.as_ref().map(|s| s.lifecycle.as_str().to_owned());
+                let outcome = state
+                    .as_ref()
+                    .and_then(|s| s.root().result.as_ref().map(|r| r.outcome.as_str().to_owned()));
+                json!({
+                    "kind": "run", "run_id": m.run_id, "plan_id": m.plan_id, "created_at": m.created_at,
+                    "name": m.name, "node_count": m.node_count, "program_digest": m.program_digest,
+                    "lifecycle": lifecycle, "outcome": outcome,
+                })
+            }
+            StoredManifest::Legacy(v) if v["workspace_identity"]["path"].as_str().is_none_or(|p| p == workspace) => {
+                json!({
+                    "kind": "run", "run_id": v["run_id"], "plan_id": v["plan_id"], "legacy": true,
+                    "created_at": manifest.created_sort_key(), "name": v["name"], "node_count": v["step_count"],
+                })
+            }
+            _ => continue,
+        };
+        items.push(item);
+    }
+    if let Some(limit) = args.limit {
+        items.truncate(limit);
+    }
+    let text = if args.json {
+        json_text(&json!(items))
+    } else if items.is_empty() {
+        "no runs in this workspace\n".to_owned()
+    } else {
+        let mut out = format!("{:<36}  {:<24}  {:<14}  {:<12}  {}\n", "RUN_ID", "CREATED", "LIFECYCLE", "OUTCOME", "NAME");
+        for i in &items {
+            let lifecycle = if i["legacy"] == true { "legacy" } else { i["lifecycle"].as_str().unwrap_or("-") };
+            let _ = writeln!(
+                out,
+                "{:<36}  {:<24}  {:<14}  {:<12}  {}",
+                i["run_id"].as_str().unwrap_or("-"),
+                i["created_at"].as_str().unwrap_or("-"),
+                lifecycle,
+                i["outcome"].as_str().unwrap_or("-"),
+                i["name"].as_str().unwrap_or("-")
             );
         }
         out
