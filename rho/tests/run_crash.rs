@@ -502,3 +502,243 @@ fn kills_anywhere_in_a_failing_workflow_recover_to_the_same_failure() {
     eprintln!("mixed workflow: {kills} kill points checked");
     assert!(kills >= 40, "only {kills} kill points");
 }
+
+/// Waits (bounded) until `ready` holds, polling.
+fn wait_for(what: &str, mut ready: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !ready() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+fn sigkill(child: &std::process::Child) {
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+}
+
+#[test]
+fn kills_during_output_capture_recover_like_an_uninterrupted_run() {
+    let env = Env::new();
+    let plan_id = env.plan(
+        "wf.star",
+        &workflow(
+            &[
+                cmd(
+                    "p",
+                    "",
+                    r#"["sh", "-c", "echo one; sleep 0.1; echo two; sleep 0.1; echo three; touch done/p"]"#,
+                ),
+                cmd("q", ", needs = [\"p\"]", r#"["sh", "-c", "touch done/q"]"#),
+            ],
+            "",
+        ),
+    );
+    env.reset_markers();
+    let before = env.run_ids();
+    let out = env.rho(&["workflow", "run", &plan_id, "--yes"]);
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    let id = env.new_run(&before);
+    let reference = ending(0, &check_store(&env.run_dir(&id), "uninterrupted run"));
+
+    // Kill the owner while it copies the node's output: after the first and after the second
+    // line reached the artifact.
+    for seen in ["one\n", "one\ntwo\n"] {
+        env.reset_markers();
+        let before = env.run_ids();
+        let mut owner = env
+            .command(&["workflow", "run", &plan_id, "--yes"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut id = String::new();
+        wait_for("the node's output", || {
+            if id.is_empty() {
+                match env.run_ids().difference(&before).next() {
+                    Some(new) => id.clone_from(new),
+                    None => return false,
+                }
+            }
+            std::fs::read_to_string(env.run_dir(&id).join("nodes/p/attempts/1/stdout"))
+                .is_ok_and(|s| s == seen)
+        });
+        sigkill(&owner);
+        owner.wait().unwrap();
+        let context = format!("kill after {seen:?} was captured (run {id})");
+        check_after_kill(&env, &id, &reference, false, &context);
+        let state = check_store(&env.run_dir(&id), &context);
+        let p = &state.root().tasks["p"];
+        assert_eq!(p.attempts.len(), 2, "{context}: p ran again");
+        assert_eq!(p.attempts[0].phase, AttemptPhase::InterruptedUncertain);
+        assert_eq!(
+            std::fs::read_to_string(env.run_dir(&id).join("nodes/p/attempts/2/stdout")).unwrap(),
+            "one\ntwo\nthree\n",
+            "{context}"
+        );
+    }
+}
+
+/// `/proc/<pid>/stat` says the process exists and is not a zombie.
+fn running(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+        !s.rsplit(')')
+            .next()
+            .unwrap_or("")
+            .trim_start()
+            .starts_with('Z')
+    })
+}
+
+#[test]
+fn a_killed_owner_takes_its_node_process_tree_along() {
+    let env = Env::new();
+    let plan_id = env.plan(
+        "wf.star",
+        &workflow(
+            &[cmd(
+                "s",
+                "",
+                r#"["sh", "-c", "sleep 30 & echo $! > bg.pid; exec sleep 31"]"#,
+            )],
+            "",
+        ),
+    );
+    let before = env.run_ids();
+    let mut owner = env
+        .command(&["workflow", "run", &plan_id, "--yes"])
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut id = String::new();
+    let mut leader = None;
+    wait_for("the node to be launched", || {
+        if id.is_empty() {
+            match env.run_ids().difference(&before).next() {
+                Some(new) => id.clone_from(new),
+                None => return false,
+            }
+        }
+        let Ok(contents) = journal::read(&env.run_dir(&id).join("events.jsonl")) else {
+            return false;
+        };
+        leader = contents.events.iter().find_map(|e| match &e.kind {
+            EventKind::Launched { process, .. } => Some(*process),
+            _ => None,
+        });
+        leader.is_some()
+            && std::fs::read_to_string(env.ws.join("bg.pid")).is_ok_and(|s| s.ends_with('\n'))
+    });
+    let leader = leader.unwrap();
+    let background: i32 = std::fs::read_to_string(env.ws.join("bg.pid"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(running(leader.pid) && running(background));
+    sigkill(&owner);
+    owner.wait().unwrap();
+    wait_for("the node's processes to be gone", || {
+        !running(leader.pid) && !running(background)
+    });
+    assert!(!rho::workflow::exec::process_alive(
+        leader.pid,
+        leader.start_time
+    ));
+    assert!(!rho::workflow::exec::group_alive(leader.pgid));
+    let status = env.rho(&["workflow", "status", &id, "--output", "json"]);
+    let doc: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap();
+    assert_eq!(doc["lifecycle"], "needs_recovery", "{doc}");
+    assert!(
+        doc["needs_recovery"][0]
+            .as_str()
+            .unwrap()
+            .contains(&format!("last known pid {}", leader.pid)),
+        "{doc}"
+    );
+}
+
+#[test]
+fn a_cancel_request_without_an_owner_stays_pending_until_the_next_owner_applies_it() {
+    let env = Env::new();
+    let plan_id = env.plan(
+        "wf.star",
+        &workflow(
+            &[
+                cmd("a", "", r#"["sh", "-c", "touch done/a"]"#),
+                cmd("b", ", needs = [\"a\"]", r#"["sh", "-c", "touch done/b"]"#),
+            ],
+            "",
+        ),
+    );
+    env.reset_markers();
+    // The owner dies after the run started and before anything was launched.
+    let before = env.run_ids();
+    let out = env
+        .command(&["workflow", "run", &plan_id, "--yes"])
+        .env("RHO_TEST_CRASH_AT", "record:launch_intended:1")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.signal(), Some(libc::SIGKILL), "{}", text(&out));
+    let id = env.new_run(&before);
+    let dir = env.run_dir(&id);
+    let crashed = check_store(&dir, "crashed");
+    assert!(crashed.open_attempts().is_empty());
+
+    let cancel = env.rho(&["workflow", "cancel", &id]);
+    assert_eq!(code(&cancel), 0, "{}", text(&cancel));
+    let answer: serde_json::Value = serde_json::from_slice(&cancel.stdout).unwrap();
+    assert_eq!(answer["cancellation_state"], "pending", "{answer}");
+    assert_eq!(answer["run_id"], id.as_str());
+    let request_id = answer["request_id"].as_str().unwrap().to_owned();
+    assert!(dir.join("cancel.json").exists(), "the request is durable");
+    // Asking again reuses the pending request.
+    let again = env.rho(&["workflow", "cancel", &id]);
+    let answer: serde_json::Value = serde_json::from_slice(&again.stdout).unwrap();
+    assert_eq!(answer["cancellation_state"], "pending", "{answer}");
+    assert_eq!(answer["request_id"], request_id.as_str());
+    // Nothing changed in the run meanwhile.
+    assert_eq!(check_store(&dir, "after cancel"), crashed);
+
+    // The next owner applies it before launching anything.
+    let resumed = env.rho(&["workflow", "resume", &id, "--yes"]);
+    assert_eq!(
+        code(&resumed),
+        5,
+        "cancellation exits 5: {}",
+        text(&resumed)
+    );
+    let state = check_store(&dir, "after resume");
+    let cancel = state.cancel.as_ref().unwrap();
+    assert_eq!(cancel.request_id, request_id);
+    assert!(cancel.acknowledged);
+    for node in ["a", "b"] {
+        assert_eq!(
+            state.root().node_state(node),
+            Some(NodeState::Cancellation),
+            "{node}"
+        );
+        assert!(
+            state.root().tasks[node].attempts.is_empty(),
+            "{node} never started"
+        );
+    }
+    assert!(
+        !dir.join("cancel.json").exists(),
+        "a handled request is removed"
+    );
+    let answer: serde_json::Value =
+        serde_json::from_slice(&env.rho(&["workflow", "cancel", &id]).stdout).unwrap();
+    assert_eq!(answer["cancellation_state"], "already_completed");
+    assert!(answer.get("request_id").is_none(), "{answer}");
+
+    // A later resume runs the cancelled nodes.
+    let resumed = env.rho(&["workflow", "resume", &id, "--yes"]);
+    assert_eq!(code(&resumed), 0, "{}", text(&resumed));
+    let state = check_store(&dir, "second resume");
+    assert_eq!(state.root().node_state("b"), Some(NodeState::Success));
+    check_success_markers(&env, &state, "second resume");
+}

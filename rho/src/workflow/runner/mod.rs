@@ -688,9 +688,16 @@ pub fn request_cancel(
             request.request_id
         }
     };
-    let deadline = std::time::Instant::now() + wait;
+    let started = std::time::Instant::now();
+    let deadline = started + wait;
     loop {
         let (_, now) = inspect(home, run_id)?;
+        let lifecycle = now.effective_lifecycle().unwrap_or(Lifecycle::Planned);
+        // Nobody to wait for once the recorded owner is gone (or none was ever recorded past a
+        // short grace for an owner that is just starting): the next owner applies the request.
+        let ownerless = now.owner_dead
+            || (now.state.as_ref().is_none_or(|s| s.owner.is_none())
+                && started.elapsed() >= NO_OWNER_GRACE);
         let state = now.state.unwrap_or_else(State::empty);
         if state
             .cancel
@@ -700,19 +707,22 @@ pub fn request_cancel(
             return Ok(CancelAnswer {
                 request_id: Some(request_id),
                 cancellation_state: "acknowledged",
-                lifecycle: state.lifecycle,
+                lifecycle,
             });
         }
-        if std::time::Instant::now() >= deadline {
+        if ownerless || std::time::Instant::now() >= deadline {
             return Ok(CancelAnswer {
                 request_id: Some(request_id),
                 cancellation_state: "pending",
-                lifecycle: state.lifecycle,
+                lifecycle,
             });
         }
         std::thread::sleep(std::time::Duration::from_millis(25));
     }
 }
+
+/// How long `cancel` waits for an owner to appear when the run records none.
+const NO_OWNER_GRACE: std::time::Duration = std::time::Duration::from_millis(300);
 
 /// Attempt records of a state, flattened for display: `(node, attempt, phase)`.
 pub fn attempt_phases(state: &State) -> Vec<(String, u32, AttemptPhase)> {
