@@ -245,3 +245,18 @@ fn a_failed_execveat_is_reported_with_its_step_and_errno() {
     // Launching keeps working afterwards (the spawner and its slot survived the failure).
     assert_eq!(run_sh(&ws, "exit 3", LONG).exit, CommandExit::Code(3));
 }
+
+#[test]
+fn an_empty_stream_leaves_no_artifact_file() {
+    let ws = Workspace::new();
+    let outcome = run_sh(&ws, "echo only-out", LONG);
+    assert_eq!(outcome.exit, CommandExit::Code(0));
+    assert!(outcome.stdout.path.exists());
+    assert_eq!(outcome.stdout.read_retained().unwrap(), b"only-out\n");
+    let err = &outcome.stderr;
+    assert_eq!((err.retained_bytes, err.observed_bytes), (0, 0));
+    assert!(err.is_complete());
+    assert!(!err.path.exists());
+    assert_eq!(err.read_retained().unwrap(), Vec::<u8>::new());
+    assert_eq!(err.sha256, rho_ipc::digest::sha256_tagged(b""));
+}

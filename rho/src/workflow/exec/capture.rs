@@ -90,7 +90,9 @@ impl Phase {
 #[derive(Debug)]
 struct Stream {
     pipe: Option<File>,
-    sink: File,
+    /// Created on the first retained byte: most commands print nothing, and creating a
+    /// file is the most expensive step of a trivial launch.
+    sink: Option<File>,
     path: PathBuf,
     max: u64,
     retained: u64,
@@ -102,19 +104,26 @@ struct Stream {
 
 impl Stream {
     fn new(pipe: OwnedFd, path: &Path, max: u64) -> Result<Self, ExecError> {
-        let sink = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-            .open(path)
-            .map_err(|source| ExecError::Artifact {
-                path: path.to_owned(),
-                source,
-            })?;
+        // Refuse an existing entry now (a cheap lstat); the lazy create_new still refuses
+        // one that appears later.
+        match std::fs::symlink_metadata(path) {
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Ok(_) => {
+                return Err(ExecError::Artifact {
+                    path: path.to_owned(),
+                    source: io::Error::from(io::ErrorKind::AlreadyExists),
+                });
+            }
+            Err(source) => {
+                return Err(ExecError::Artifact {
+                    path: path.to_owned(),
+                    source,
+                });
+            }
+        }
         Ok(Self {
             pipe: Some(File::from(pipe)),
-            sink,
+            sink: None,
             path: path.to_owned(),
             max,
             retained: 0,
@@ -123,6 +132,21 @@ impl Stream {
             write_failed: false,
             hasher: Sha256::new(),
         })
+    }
+
+    fn create_sink(&mut self) -> io::Result<&mut File> {
+        if self.sink.is_none() {
+            let file = OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+                .open(&self.path)?;
+            self.sink = Some(file);
+        }
+        self.sink
+            .as_mut()
+            .ok_or_else(|| io::Error::other("artifact file missing"))
     }
 
     /// One read after the pipe became readable.
@@ -155,7 +179,10 @@ impl Stream {
         }
         let room = usize::try_from(self.max - self.retained).unwrap_or(usize::MAX);
         let kept = &bytes[..bytes.len().min(room)];
-        match self.sink.write_all(kept) {
+        if kept.is_empty() {
+            return;
+        }
+        match self.create_sink().and_then(|sink| sink.write_all(kept)) {
             Ok(()) => {
                 self.hasher.update(kept);
                 self.retained += kept.len() as u64;

@@ -269,7 +269,8 @@ pub enum CommandExit {
 /// One captured output stream.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StreamArtifact {
-    /// The artifact file.
+    /// The artifact file. It is created on the first retained byte, so when
+    /// `retained_bytes` is 0 no file exists; [`StreamArtifact::read_retained`] handles both.
     pub path: PathBuf,
     /// Bytes written to the artifact (at most `max_output_bytes`).
     pub retained_bytes: u64,
@@ -288,6 +289,15 @@ impl StreamArtifact {
     /// Everything observed was retained and the stream was read to its end.
     pub fn is_complete(&self) -> bool {
         !self.truncated && self.reached_end
+    }
+
+    /// The retained bytes: the artifact file's content, or nothing when no byte was
+    /// retained (no file was created).
+    pub fn read_retained(&self) -> std::io::Result<Vec<u8>> {
+        if self.retained_bytes == 0 {
+            return Ok(Vec::new());
+        }
+        std::fs::read(&self.path)
     }
 }
 
