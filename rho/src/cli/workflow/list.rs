@@ -1,7 +1,8 @@
-//! `rho workflow list`: the current workspace's plans, newest first.
+//! `rho workflow list`: the current workspace's plans (or, with `--runs`, its runs), newest
+//! first, including entries written by an older release (manifest format 1), marked legacy.
 //!
-//! Invariant: only plans whose recorded workspace is the current canonical workspace are
-//! shown, so two checkouts never see each other's plans.
+//! Invariant: only entries whose recorded workspace is the current canonical workspace are
+//! shown, so two checkouts never see each other's plans; listing never takes a run's lock.
 
 use std::fmt::Write as _;
 
@@ -11,7 +12,7 @@ use serde_json::json;
 use super::{json_text, print_out, store_error};
 use crate::cli::exit::{CliError, CliResult, ExitCode};
 use crate::paths::{self, RhoHome};
-use crate::workflow::store::plans;
+use crate::workflow::store::plans::{self, StoredPlanManifest};
 
 /// List this workspace's plans, newest first.
 #[derive(Debug, Args)]
@@ -38,43 +39,59 @@ pub fn run_list(args: &ListArgs) -> CliResult {
     if args.runs {
         return list_runs(&home, &workspace, args);
     }
-    let mut manifests: Vec<_> = plans::list(&home)
-        .map_err(|e| store_error(&e))?
-        .into_iter()
-        .filter(|m| m.workspace.path == workspace)
-        .collect();
+    let mut items = Vec::new();
+    for manifest in plans::list_all(&home).map_err(|e| store_error(&e))? {
+        if manifest.workspace_path() != Some(&*workspace) {
+            continue;
+        }
+        items.push(match &manifest {
+            StoredPlanManifest::Current(m) => json!({
+                "kind": "plan",
+                "plan_id": m.plan_id,
+                "created_at": m.created_at,
+                "name": m.name,
+                "node_count": m.node_count,
+                "program_digest": m.program_digest,
+                "sandbox_missing": m.sandbox.missing,
+            }),
+            StoredPlanManifest::Legacy(v) => json!({
+                "kind": "plan",
+                "plan_id": manifest.plan_id(),
+                "legacy": true,
+                "created_at": manifest.created_at(),
+                "name": v["name"],
+                "node_count": v["step_count"],
+                "graph_digest": v["graph_digest"],
+            }),
+        });
+    }
     if let Some(limit) = args.limit {
-        manifests.truncate(limit);
+        items.truncate(limit);
     }
     let text = if args.json {
-        let items: Vec<_> = manifests
-            .iter()
-            .map(|m| {
-                json!({
-                    "kind": "plan",
-                    "plan_id": m.plan_id,
-                    "created_at": m.created_at,
-                    "name": m.name,
-                    "node_count": m.node_count,
-                    "program_digest": m.program_digest,
-                    "sandbox_missing": m.sandbox.missing,
-                })
-            })
-            .collect();
         json_text(&json!(items))
-    } else if manifests.is_empty() {
+    } else if items.is_empty() {
         "no plans in this workspace\n".to_owned()
     } else {
         let mut out = format!(
             "{:<36}  {:<24}  {:>5}  {:<20}  {}\n",
             "PLAN_ID", "CREATED", "NODES", "DIGEST", "NAME"
         );
-        for m in &manifests {
-            let digest = m.program_digest.get(..20).unwrap_or(&m.program_digest);
+        for i in &items {
+            let digest = if i["legacy"] == true {
+                "legacy (format 1)"
+            } else {
+                let d = i["program_digest"].as_str().unwrap_or("-");
+                d.get(..20).unwrap_or(d)
+            };
             let _ = writeln!(
                 out,
                 "{:<36}  {:<24}  {:>5}  {:<20}  {}",
-                m.plan_id, m.created_at, m.node_count, digest, m.name
+                i["plan_id"].as_str().unwrap_or("-"),
+                i["created_at"].as_str().unwrap_or("-"),
+                i["node_count"],
+                digest,
+                i["name"].as_str().unwrap_or("-")
             );
         }
         out
@@ -90,18 +107,26 @@ fn list_runs(home: &RhoHome, workspace: &str, args: &ListArgs) -> CliResult {
     for manifest in runs::list(home).map_err(|e| store_error(&e))? {
         let item = match &manifest {
             StoredManifest::Current(m) if m.workspace.path == workspace => {
-                let state = runs::open(home, &m.run_id).ok().and_then(|r| r.read_state().ok().flatten());
-                let lifecycle = state.as_ref().map(|s| s.lifecycle.as_str().to_owned());
-                let outcome = state
+                // The snapshot plus the journal after it, and a dead owner noticed: the same
+                // lifecycle `status` reports.
+                let seen = crate::workflow::runner::inspect(home, &m.run_id).ok();
+                let lifecycle = seen
                     .as_ref()
-                    .and_then(|s| s.root().result.as_ref().map(|r| r.outcome.as_str().to_owned()));
+                    .and_then(|(_, i)| i.effective_lifecycle())
+                    .map(|l| l.as_str().to_owned());
+                let outcome = seen.as_ref().and_then(|(_, i)| {
+                    i.state
+                        .as_ref()
+                        .and_then(|s| s.root().result.as_ref())
+                        .map(|r| r.outcome.as_str().to_owned())
+                });
                 json!({
                     "kind": "run", "run_id": m.run_id, "plan_id": m.plan_id, "created_at": m.created_at,
                     "name": m.name, "node_count": m.node_count, "program_digest": m.program_digest,
                     "lifecycle": lifecycle, "outcome": outcome,
                 })
             }
-            StoredManifest::Legacy(v) if v["workspace_identity"]["path"].as_str().is_none_or(|p| p == workspace) => {
+            StoredManifest::Legacy(v) if plans::legacy_workspace_path(v) == Some(workspace) => {
                 json!({
                     "kind": "run", "run_id": v["run_id"], "plan_id": v["plan_id"], "legacy": true,
                     "created_at": manifest.created_sort_key(), "name": v["name"], "node_count": v["step_count"],
@@ -119,9 +144,16 @@ fn list_runs(home: &RhoHome, workspace: &str, args: &ListArgs) -> CliResult {
     } else if items.is_empty() {
         "no runs in this workspace\n".to_owned()
     } else {
-        let mut out = format!("{:<36}  {:<24}  {:<14}  {:<12}  {}\n", "RUN_ID", "CREATED", "LIFECYCLE", "OUTCOME", "NAME");
+        let mut out = format!(
+            "{:<36}  {:<24}  {:<14}  {:<12}  {}\n",
+            "RUN_ID", "CREATED", "LIFECYCLE", "OUTCOME", "NAME"
+        );
         for i in &items {
-            let lifecycle = if i["legacy"] == true { "legacy" } else { i["lifecycle"].as_str().unwrap_or("-") };
+            let lifecycle = if i["legacy"] == true {
+                "legacy"
+            } else {
+                i["lifecycle"].as_str().unwrap_or("-")
+            };
             let _ = writeln!(
                 out,
                 "{:<36}  {:<24}  {:<14}  {:<12}  {}",

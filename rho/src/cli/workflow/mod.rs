@@ -216,7 +216,8 @@ pub fn store_error(error: &StoreError) -> CliError {
     let code = match error {
         StoreError::UnknownId { .. }
         | StoreError::AmbiguousId { .. }
-        | StoreError::InvalidId { .. } => ExitCode::Invalid,
+        | StoreError::InvalidId { .. }
+        | StoreError::Legacy { .. } => ExitCode::Invalid,
         _ => ExitCode::Operational,
     };
     CliError::with_code(code, planning::error_chain(error))

@@ -44,7 +44,11 @@ pub fn run_status(args: &StatusArgs) -> CliResult {
     let (run, inspection) = runner::inspect(&home, &id).map_err(|e| super::run::run_error(&e))?;
     let text = match args.output {
         StatusOutput::Json => {
-            let program = run.graph_json().map_err(|e| store_error(&e))?;
+            // A format-1 run is shown as stored; it has no graph.json of this format.
+            let program = match inspection.manifest {
+                StoredManifest::Current(_) => run.graph_json().map_err(|e| store_error(&e))?,
+                StoredManifest::Legacy(_) => serde_json::Value::Null,
+            };
             json_text(&status_json(&inspection, &program))
         }
         StatusOutput::Text => status_text(&id, run.path(), &inspection),

@@ -97,6 +97,18 @@ pub enum StoreError {
         /// The rejected text.
         prefix: String,
     },
+    /// A plan or run written by an older release (manifest format 1): listed, shown and
+    /// deleted, never run, resumed or cancelled.
+    #[error(
+        "{kind} {id} was written by an older release (manifest format 1); it can be listed, \
+         shown and deleted, but not run, resumed or cancelled: create a new plan from source"
+    )]
+    Legacy {
+        /// `plan` or `run`.
+        kind: &'static str,
+        /// Its id.
+        id: String,
+    },
     /// A system call on a store path failed.
     #[error("cannot {action} {}", path.display())]
     Io {

@@ -2,9 +2,13 @@
 //! `graph.json` (the program as JSON for inspection, with both digests), `program.cbor` (the
 //! canonical bytes `program_digest` covers) and `sources/<digest-hex>.star`.
 //!
+//! Plans whose manifest has `"schema_version": 1` (written by Rho 1.47) are kept verbatim:
+//! listed and deletable, never loaded for running ([`StoreError::Legacy`]).
+//!
 //! Invariant: a plan directory appears under its id complete or not at all (it is written
 //! under a temporary name, synced, then renamed into place), and a loaded plan is returned
-//! only when `program.cbor` still hashes to the digest its manifest records.
+//! only when `program.cbor` still hashes to the digest its manifest records and `graph.json`
+//! describes that same program.
 
 use std::fs::File;
 use std::path::PathBuf;
@@ -85,6 +89,67 @@ pub struct GraphDocument {
     pub program_digest: String,
     /// Its `graph_digest`.
     pub graph_digest: String,
+}
+
+/// A plan manifest as found on disk: this build's format, or the format-1 shape of Rho 1.47
+/// kept verbatim (listed and deletable, never run).
+#[allow(clippy::large_enum_variant, reason = "one manifest per entry")]
+#[derive(Debug, Clone, PartialEq)]
+pub enum StoredPlanManifest {
+    /// Format 2.
+    Current(PlanManifest),
+    /// `"schema_version": 1`, as written.
+    Legacy(serde_json::Value),
+}
+
+impl StoredPlanManifest {
+    /// The plan id it records.
+    pub fn plan_id(&self) -> &str {
+        match self {
+            StoredPlanManifest::Current(m) => &m.plan_id,
+            StoredPlanManifest::Legacy(v) => v["plan_id"].as_str().unwrap_or_default(),
+        }
+    }
+
+    /// Creation time as RFC 3339 (the legacy nanoseconds converted).
+    pub fn created_at(&self) -> String {
+        match self {
+            StoredPlanManifest::Current(m) => m.created_at.clone(),
+            StoredPlanManifest::Legacy(v) => legacy_created_at(v),
+        }
+    }
+
+    /// The canonical workspace path it was made in, when recorded.
+    pub fn workspace_path(&self) -> Option<&str> {
+        match self {
+            StoredPlanManifest::Current(m) => Some(&m.workspace.path),
+            StoredPlanManifest::Legacy(v) => legacy_workspace_path(v),
+        }
+    }
+}
+
+/// Whether a manifest document is the format-1 shape of Rho 1.47.
+pub fn is_legacy_manifest(value: &serde_json::Value) -> bool {
+    value
+        .get("schema_version")
+        .and_then(serde_json::Value::as_u64)
+        == Some(1)
+}
+
+/// `created_at_unix_nanos` of a format-1 manifest as RFC 3339.
+pub fn legacy_created_at(value: &serde_json::Value) -> String {
+    let nanos = value["created_at_unix_nanos"].as_u64().unwrap_or(0);
+    super::format_timestamp(
+        nanos / 1_000_000_000,
+        u32::try_from((nanos / 1_000_000) % 1000).unwrap_or(0),
+    )
+}
+
+/// The workspace path of a format-1 manifest's `workspace_identity` (an object with a `path`,
+/// or the path itself).
+pub fn legacy_workspace_path(value: &serde_json::Value) -> Option<&str> {
+    let identity = &value["workspace_identity"];
+    identity["path"].as_str().or_else(|| identity.as_str())
 }
 
 /// A source to store with a plan.
@@ -272,11 +337,20 @@ fn open_plan(home: &RhoHome, id: &str) -> Result<PrivateDir, StoreError> {
     plans.open_private_dir(id)?.ok_or_else(unknown)
 }
 
-fn read_manifest(dir: &PrivateDir, id: &str) -> Result<PlanManifest, StoreError> {
+/// Reads a manifest of either format; a format-2 manifest is checked.
+fn read_stored_manifest(dir: &PrivateDir, id: &str) -> Result<StoredPlanManifest, StoreError> {
     let path = dir.entry_path("manifest.json");
     let bytes = dir.read_private("manifest.json", MAX_DOCUMENT_BYTES)?;
-    let manifest: PlanManifest =
+    let value: serde_json::Value =
         serde_json::from_slice(&bytes).map_err(|e| StoreError::Corrupt {
+            path: path.clone(),
+            problem: e.to_string(),
+        })?;
+    if is_legacy_manifest(&value) {
+        return Ok(StoredPlanManifest::Legacy(value));
+    }
+    let manifest: PlanManifest =
+        serde_json::from_value(value).map_err(|e| StoreError::Corrupt {
             path: path.clone(),
             problem: e.to_string(),
         })?;
@@ -295,7 +369,18 @@ fn read_manifest(dir: &PrivateDir, id: &str) -> Result<PlanManifest, StoreError>
             problem: format!("it names plan {} but is stored as {id}", manifest.plan_id),
         });
     }
-    Ok(manifest)
+    Ok(StoredPlanManifest::Current(manifest))
+}
+
+/// Reads a format-2 manifest; a format-1 plan is refused as [`StoreError::Legacy`].
+fn read_manifest(dir: &PrivateDir, id: &str) -> Result<PlanManifest, StoreError> {
+    match read_stored_manifest(dir, id)? {
+        StoredPlanManifest::Current(manifest) => Ok(manifest),
+        StoredPlanManifest::Legacy(_) => Err(StoreError::Legacy {
+            kind: "plan",
+            id: id.to_owned(),
+        }),
+    }
 }
 
 /// Reads the manifest of plan `id` (a full id).
@@ -305,7 +390,8 @@ pub fn manifest(home: &RhoHome, id: &str) -> Result<PlanManifest, StoreError> {
 }
 
 /// Loads plan `id` (a full id) and verifies that `program.cbor` decodes strictly and hashes
-/// to the manifest's `program_digest`.
+/// to the manifest's `program_digest`, and that `graph.json` holds that same program and
+/// its digests.
 pub fn load(home: &RhoHome, id: &str) -> Result<StoredPlan, StoreError> {
     let dir = open_plan(home, id)?;
     let manifest = read_manifest(&dir, id)?;
@@ -341,6 +427,22 @@ pub fn load(home: &RhoHome, id: &str) -> Result<StoredPlan, StoreError> {
             ),
         });
     }
+    let graph_path = dir.entry_path("graph.json");
+    let graph_bytes = dir.read_private("graph.json", MAX_DOCUMENT_BYTES)?;
+    let document: GraphDocument =
+        serde_json::from_slice(&graph_bytes).map_err(|e| StoreError::Corrupt {
+            path: graph_path.clone(),
+            problem: e.to_string(),
+        })?;
+    if document.program != program
+        || document.program_digest != digest
+        || document.graph_digest != graph
+    {
+        return Err(StoreError::Corrupt {
+            path: graph_path,
+            problem: "it does not describe the plan's program.cbor".to_owned(),
+        });
+    }
     Ok(StoredPlan {
         manifest,
         program,
@@ -367,8 +469,20 @@ pub fn source_text(home: &RhoHome, id: &str, digest: &str) -> Result<String, Sto
     })
 }
 
-/// Manifests of every stored plan, newest first (ties by id).
+/// Manifests of every stored format-2 plan, newest first (ties by id); format-1 plans are
+/// left out (see [`list_all`]).
 pub fn list(home: &RhoHome) -> Result<Vec<PlanManifest>, StoreError> {
+    Ok(list_all(home)?
+        .into_iter()
+        .filter_map(|m| match m {
+            StoredPlanManifest::Current(m) => Some(m),
+            StoredPlanManifest::Legacy(_) => None,
+        })
+        .collect())
+}
+
+/// Manifests of every stored plan of either format, newest first (ties by id).
+pub fn list_all(home: &RhoHome) -> Result<Vec<StoredPlanManifest>, StoreError> {
     let Some(plans) = plans_dir(home, false)? else {
         return Ok(Vec::new());
     };
@@ -380,12 +494,12 @@ pub fn list(home: &RhoHome) -> Result<Vec<PlanManifest>, StoreError> {
         let Some(dir) = plans.open_private_dir(&name)? else {
             continue;
         };
-        manifests.push(read_manifest(&dir, &name)?);
+        manifests.push(read_stored_manifest(&dir, &name)?);
     }
     manifests.sort_by(|a, b| {
-        b.created_at
-            .cmp(&a.created_at)
-            .then_with(|| a.plan_id.cmp(&b.plan_id))
+        b.created_at()
+            .cmp(&a.created_at())
+            .then_with(|| a.plan_id().cmp(b.plan_id()))
     });
     Ok(manifests)
 }

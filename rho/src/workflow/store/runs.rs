@@ -133,23 +133,18 @@ impl StoredManifest {
     pub fn created_sort_key(&self) -> String {
         match self {
             StoredManifest::Current(m) => m.created_at.clone(),
-            StoredManifest::Legacy(v) => {
-                let nanos = v["created_at_unix_nanos"].as_u64().unwrap_or(0);
-                super::format_timestamp(
-                    nanos / 1_000_000_000,
-                    u32::try_from((nanos / 1_000_000) % 1000).unwrap_or(0),
-                )
-            }
+            StoredManifest::Legacy(v) => super::plans::legacy_created_at(v),
         }
     }
 }
 
 /// The message every mutating command gives for a format-1 store entry.
 pub fn legacy_refusal(run_id: &str) -> String {
-    format!(
-        "run {run_id} was written by an older release (manifest format 1); it can be listed, \
-         shown and deleted, but not run, resumed or cancelled: create a new plan from source"
-    )
+    StoreError::Legacy {
+        kind: "run",
+        id: run_id.to_owned(),
+    }
+    .to_string()
 }
 
 /// Opens `$RHO_HOME/workflows/runs` (creating it when `create`).
@@ -428,11 +423,7 @@ impl RunDir {
                 path: path.clone(),
                 problem: e.to_string(),
             })?;
-        if value
-            .get("schema_version")
-            .and_then(serde_json::Value::as_u64)
-            == Some(1)
-        {
+        if super::plans::is_legacy_manifest(&value) {
             return Ok(StoredManifest::Legacy(value));
         }
         let manifest: RunManifest =
@@ -461,10 +452,20 @@ impl RunDir {
         Ok(StoredManifest::Current(manifest))
     }
 
-    /// Loads the run's own copy of the program and checks it: `program.cbor` decodes
-    /// strictly, hashes to the manifest's digest, has this build's format version and the
-    /// manifest's graph digest; `graph.json` holds the same program and digest.
+    /// Loads the run's own copy of the program and checks it: the manifest's consent names
+    /// its digest, `program.cbor` decodes strictly, hashes to that digest, has this build's
+    /// format version and the manifest's graph digest; `graph.json` holds the same program
+    /// and digests.
     pub fn load_program(&self, manifest: &RunManifest) -> Result<FrozenProgram, StoreError> {
+        if manifest.confirmation.digest != manifest.program_digest {
+            return Err(StoreError::Corrupt {
+                path: self.dir.entry_path("manifest.json"),
+                problem: format!(
+                    "consent was given to {}, but the manifest names program {}",
+                    manifest.confirmation.digest, manifest.program_digest
+                ),
+            });
+        }
         let path = self.dir.entry_path("program.cbor");
         let bytes = self.dir.read_private("program.cbor", MAX_DOCUMENT_BYTES)?;
         let digest = program_digest_of_bytes(&bytes);
@@ -511,7 +512,10 @@ impl RunDir {
                 path: graph_path.clone(),
                 problem: e.to_string(),
             })?;
-        if document.program != program || document.program_digest != digest {
+        if document.program != program
+            || document.program_digest != digest
+            || document.graph_digest != graph
+        {
             return Err(StoreError::Corrupt {
                 path: graph_path,
                 problem: "it does not describe the run's program.cbor".to_owned(),
