@@ -396,6 +396,15 @@ pub fn process_alive(_pid: i32, _start_time_ticks: u64) -> bool {
     true
 }
 
+/// Off Linux there is no `/proc/<pid>/stat` to read.
+#[cfg(not(target_os = "linux"))]
+pub fn process_start_time(_pid: i32) -> std::io::Result<(u64, char)> {
+    Err(std::io::Error::new(
+        std::io::ErrorKind::Unsupported,
+        "process start times are only read on Linux",
+    ))
+}
+
 /// Off Linux no group can be checked, so every group is assumed possibly alive.
 #[cfg(not(target_os = "linux"))]
 pub fn group_alive(_pgid: i32) -> bool {
