@@ -345,8 +345,45 @@ fn open_owned(
         run_id: run_id.to_owned(),
     })?;
     let (journal, events) = Journal::open(&run.events_path())?;
+    check_created(&run, &manifest, &program, &events)?;
     let state = replay(&events)?;
     Ok((run, manifest, program, lock, journal, state))
+}
+
+/// The journal's `run_created` must name the manifest's digest and the program's nodes: a
+/// program swapped together with its manifest is still caught by the journal.
+fn check_created(
+    run: &RunDir,
+    manifest: &RunManifest,
+    program: &FrozenProgram,
+    events: &[crate::workflow::state::Event],
+) -> Result<(), RunError> {
+    let corrupt = |problem: String| {
+        RunError::Store(StoreError::Corrupt {
+            path: run.events_path(),
+            problem,
+        })
+    };
+    let Some(EventKind::RunCreated {
+        program_digest,
+        nodes,
+        ..
+    }) = events.first().map(|e| &e.kind)
+    else {
+        return Err(corrupt("its first record is not run_created".to_owned()));
+    };
+    if program_digest != &manifest.program_digest {
+        return Err(corrupt(format!(
+            "the run was created for program {program_digest}, but the manifest names {}",
+            manifest.program_digest
+        )));
+    }
+    if nodes.iter().ne(program.root.nodes.iter().map(|n| &n.id)) {
+        return Err(corrupt(
+            "the run was created with other nodes than program.cbor has".to_owned(),
+        ));
+    }
+    Ok(())
 }
 
 fn describe_attempt(node: &str, a: &crate::workflow::state::Attempt) -> String {
