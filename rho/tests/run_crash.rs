@@ -742,3 +742,161 @@ fn a_cancel_request_without_an_owner_stays_pending_until_the_next_owner_applies_
     assert_eq!(state.root().node_state("b"), Some(NodeState::Success));
     check_success_markers(&env, &state, "second resume");
 }
+
+#[test]
+fn recovery_refuses_while_a_process_of_the_uncertain_attempt_is_alive() {
+    use std::io::Write as _;
+    use std::os::unix::process::CommandExt as _;
+
+    let env = Env::new();
+    let plan_id = env.plan(
+        "wf.star",
+        &workflow(&[cmd("a", "", r#"["sh", "-c", "touch done/a"]"#)], ""),
+    );
+    env.reset_markers();
+    // The owner dies just as it learns the process identity, before recording it.
+    let before = env.run_ids();
+    let out = env
+        .command(&["workflow", "run", &plan_id, "--yes"])
+        .env("RHO_TEST_CRASH_AT", "record:launched:1")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.signal(), Some(libc::SIGKILL), "{}", text(&out));
+    let id = env.new_run(&before);
+    let dir = env.run_dir(&id);
+
+    // Make the journal name a process that is still alive, as if the old attempt had
+    // outlived its owner: the record an owner writes, with a live sleep as the process.
+    let mut survivor = Command::new("sleep")
+        .arg("30")
+        .process_group(0)
+        .spawn()
+        .unwrap();
+    let pid = survivor.id() as i32;
+    let (start_time, _) = rho::workflow::exec::process_start_time(pid).unwrap();
+    let events = journal::read(&dir.join("events.jsonl")).unwrap().events;
+    let forged = rho::workflow::state::Event {
+        seq: events.last().unwrap().seq + 1,
+        at_ms: 0,
+        kind: EventKind::Launched {
+            node: "a".to_owned(),
+            attempt: 1,
+            process: rho::workflow::state::ProcessIdentity {
+                pid,
+                pgid: pid,
+                start_time,
+            },
+        },
+    };
+    std::fs::OpenOptions::new()
+        .append(true)
+        .open(dir.join("events.jsonl"))
+        .unwrap()
+        .write_all(journal::encode_line(&forged).unwrap().as_bytes())
+        .unwrap();
+
+    let out = env.rho(&["workflow", "resume", &id, "--yes", "--recover-uncertain"]);
+    assert_eq!(code(&out), 7, "{}", text(&out));
+    assert!(
+        text(&out).contains(&format!(
+            "node `a` attempt 1 process {pid} (group {pid}) is still alive"
+        )),
+        "{}",
+        text(&out)
+    );
+    let state = check_store(&dir, "refused recovery");
+    assert_eq!(state.lifecycle, Lifecycle::NeedsRecovery);
+    assert_eq!(state.root().tasks["a"].attempts.len(), 1, "no new attempt");
+
+    survivor.kill().unwrap();
+    survivor.wait().unwrap();
+    let out = env.rho(&["workflow", "resume", &id, "--yes", "--recover-uncertain"]);
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    let state = check_store(&dir, "recovered");
+    assert_eq!(state.root().node_state("a"), Some(NodeState::Success));
+    assert_eq!(state.root().tasks["a"].attempts.len(), 2);
+    check_success_markers(&env, &state, "recovered");
+}
+
+#[test]
+fn a_recovered_node_is_not_recovered_again_by_a_later_resume() {
+    let env = Env::new();
+    let plan_id = env.plan(
+        "wf.star",
+        &workflow(
+            &[
+                cmd("a", "", r#"["sh", "-c", "echo a >> done/a.log; touch done/a"]"#),
+                cmd(
+                    "b",
+                    ", needs = [\"a\"]",
+                    r#"["sh", "-c", "test -e done/b.again && touch done/b && exit 0; touch done/b.again; exec sleep 30"]"#,
+                ),
+            ],
+            "",
+        ),
+    );
+    env.reset_markers();
+    let before = env.run_ids();
+    let out = env
+        .command(&["workflow", "run", &plan_id, "--yes"])
+        .env("RHO_TEST_CRASH_AT", "record:launch_intended:1")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.signal(), Some(libc::SIGKILL), "{}", text(&out));
+    let id = env.new_run(&before);
+    let dir = env.run_dir(&id);
+    // `a`'s launch was never durable: no attempt, no recovery needed; crash `a` itself.
+    let out = env
+        .command(&["workflow", "resume", &id, "--yes"])
+        .env("RHO_TEST_CRASH_AT", "record:attempt_finished:1")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.signal(), Some(libc::SIGKILL), "{}", text(&out));
+    assert_eq!(check_store(&dir, "crashed").open_attempts().len(), 1);
+
+    // Recovery runs `a` again; `b` starts and is cancelled by SIGTERM to that owner.
+    let owner = env
+        .command(&["workflow", "resume", &id, "--yes", "--recover-uncertain"])
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_for("b to start", || env.done_dir().join("b.again").exists());
+    wait_for("b's launch to be journaled", || {
+        let state = check_store(&dir, "recovering");
+        state.root().tasks["b"]
+            .attempts
+            .last()
+            .is_some_and(|a| a.process.is_some())
+    });
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(owner.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let out = owner.wait_with_output().unwrap();
+    assert_eq!(code(&out), 5, "{}", text(&out));
+    let state = check_store(&dir, "cancelled");
+    assert_eq!(state.root().node_state("a"), Some(NodeState::Success));
+    assert_eq!(state.root().tasks["a"].attempts.len(), 2);
+    assert_eq!(
+        std::fs::read_to_string(env.done_dir().join("a.log")).unwrap(),
+        "a\na\n"
+    );
+
+    // The uncertain attempt was superseded by attempt 2: a plain resume goes on, runs `b`
+    // again and never `a`.
+    let status = env.rho(&["workflow", "status", &id, "--output", "json"]);
+    let doc: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap();
+    assert_eq!(doc["lifecycle"], "completed", "{doc}");
+    assert_eq!(doc["needs_recovery"], serde_json::json!([]), "{doc}");
+    let out = env.rho(&["workflow", "resume", &id, "--yes"]);
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    let state = check_store(&dir, "resumed");
+    assert_eq!(state.root().tasks["a"].attempts.len(), 2, "a never reruns");
+    assert_eq!(state.root().tasks["b"].attempts.len(), 2);
+    assert_eq!(state.root().node_state("b"), Some(NodeState::Success));
+    assert_eq!(
+        std::fs::read_to_string(env.done_dir().join("a.log")).unwrap(),
+        "a\na\n"
+    );
+}

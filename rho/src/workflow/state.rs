@@ -417,14 +417,18 @@ impl State {
             .unwrap_or_else(|| EMPTY.get_or_init(ScopeState::default))
     }
 
-    /// Attempts whose fate is uncertain, as `(node, attempt)`.
+    /// Uncertain attempts still waiting for a recovery decision, as `(node, attempt)`: the
+    /// latest attempt of a node that is still `running`. Once recovery reset the node (or a
+    /// newer attempt replaced it) the uncertain attempt stays in the history but asks for
+    /// nothing, so a later resume never recovers (and reruns) that node again.
     pub fn uncertain_attempts(&self) -> Vec<(&str, &Attempt)> {
         let mut out = Vec::new();
         for (id, task) in &self.root().tasks {
-            for attempt in &task.attempts {
-                if attempt.phase == AttemptPhase::InterruptedUncertain {
-                    out.push((id.as_str(), attempt));
-                }
+            if let Some(attempt) = task.attempts.last()
+                && attempt.phase == AttemptPhase::InterruptedUncertain
+                && task.state == NodeState::Running
+            {
+                out.push((id.as_str(), attempt));
             }
         }
         out
@@ -1015,6 +1019,54 @@ mod tests {
                 nodes: nodes.iter().map(|s| (*s).to_owned()).collect(),
             },
         )
+    }
+
+    #[test]
+    fn an_uncertain_attempt_asks_for_recovery_only_until_recovery_resets_its_node() {
+        let node = || "a".to_owned();
+        let mut events = vec![
+            created(&["a"]),
+            ev(
+                2,
+                EventKind::LaunchIntended {
+                    node: node(),
+                    attempt: 1,
+                },
+            ),
+            ev(
+                3,
+                EventKind::AttemptUncertain {
+                    node: node(),
+                    attempt: 1,
+                    reason: "owner died".into(),
+                },
+            ),
+        ];
+        let state = replay(&events).unwrap();
+        assert_eq!(state.uncertain_attempts().len(), 1);
+        assert!(state.open_attempts().is_empty());
+        events.push(ev(
+            4,
+            EventKind::RecoveryStarted {
+                nodes: vec![node()],
+            },
+        ));
+        let state = replay(&events).unwrap();
+        assert!(state.uncertain_attempts().is_empty(), "recovery was chosen");
+        events.push(ev(
+            5,
+            EventKind::LaunchIntended {
+                node: node(),
+                attempt: 2,
+            },
+        ));
+        let state = replay(&events).unwrap();
+        assert!(state.uncertain_attempts().is_empty(), "superseded");
+        assert_eq!(
+            state.root().tasks["a"].attempts[0].phase,
+            AttemptPhase::InterruptedUncertain,
+            "the history keeps it"
+        );
     }
 
     #[test]
