@@ -325,6 +325,9 @@ fn check_after_kill(env: &Env, id: &str, reference: &Ending, tear: bool, context
         crashed
     };
     let in_flight = crashed.open_attempts().len();
+    // Attempts the next owner will call uncertain: in flight now, or already declared so by
+    // an owner that died in its turn.
+    let needs = in_flight + crashed.uncertain_attempts().len();
     let succeeded: BTreeMap<String, usize> = crashed
         .root()
         .tasks
@@ -337,11 +340,11 @@ fn check_after_kill(env: &Env, id: &str, reference: &Ending, tear: bool, context
     let status = env.rho(&["workflow", "status", id, "--output", "json"]);
     assert_eq!(code(&status), 0, "{context}: {}", text(&status));
     let doc: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap();
-    if in_flight > 0 {
+    if needs > 0 {
         assert_eq!(doc["lifecycle"], "needs_recovery", "{context}: {doc}");
         assert_eq!(
             doc["needs_recovery"].as_array().map(Vec::len),
-            Some(in_flight),
+            Some(needs),
             "{context}: {doc}"
         );
         let plain = env.rho(&["workflow", "resume", id, "--yes"]);
@@ -353,7 +356,7 @@ fn check_after_kill(env: &Env, id: &str, reference: &Ending, tear: bool, context
         );
         let refused = check_store(&dir, context);
         assert_eq!(refused.lifecycle, Lifecycle::NeedsRecovery, "{context}");
-        assert_eq!(refused.uncertain_attempts().len(), in_flight, "{context}");
+        assert_eq!(refused.uncertain_attempts().len(), needs, "{context}");
         assert!(refused.open_attempts().is_empty(), "{context}");
         check_success_markers(env, &refused, context);
         let again = env.rho(&["workflow", "status", id, "--output", "json"]);
@@ -487,6 +490,75 @@ fn crash_matrix(source: &str, expected_exit: i32) -> usize {
         "no scenario exercised the repair of a torn journal tail"
     );
     kills
+}
+
+/// Like [`crash_matrix`], but the owner that dies at each point is the one recovering a run
+/// whose first owner died at `first`.
+fn recovery_crash_matrix(source: &str, expected_exit: i32, first: &str) -> usize {
+    let env = Env::new();
+    let plan_id = env.plan("wf.star", source);
+    env.reset_markers();
+    let before = env.run_ids();
+    let out = env.rho(&["workflow", "run", &plan_id, "--yes"]);
+    assert_eq!(code(&out), expected_exit, "{}", text(&out));
+    let state = check_store(&env.run_dir(&env.new_run(&before)), "uninterrupted run");
+    let reference = ending(code(&out), &state);
+
+    let mut kills = 0;
+    for point in POINTS {
+        let mut reached_end = false;
+        for n in 1..=40u32 {
+            env.reset_markers();
+            let before = env.run_ids();
+            let out = env
+                .command(&["workflow", "run", &plan_id, "--yes"])
+                .env("RHO_TEST_CRASH_AT", first)
+                .output()
+                .unwrap();
+            assert_eq!(out.status.signal(), Some(libc::SIGKILL), "{}", text(&out));
+            let id = env.new_run(&before);
+            let context =
+                format!("kill at {first}, then while recovering at {point}:{n} (run {id})");
+            let deadline = Instant::now() + Duration::from_secs(20);
+            let out = loop {
+                let out = env
+                    .command(&["workflow", "resume", &id, "--yes", "--recover-uncertain"])
+                    .env("RHO_TEST_CRASH_AT", format!("{point}:{n}"))
+                    .output()
+                    .unwrap();
+                // The first owner's processes may still be on their way out.
+                if code(&out) == 7
+                    && text(&out).contains("still alive")
+                    && Instant::now() < deadline
+                {
+                    std::thread::sleep(Duration::from_millis(20));
+                    continue;
+                }
+                break out;
+            };
+            if out.status.signal() != Some(libc::SIGKILL) {
+                assert_eq!(code(&out), reference.exit, "{context}: {}", text(&out));
+                let state = check_store(&env.run_dir(&id), &context);
+                assert_eq!(&ending(code(&out), &state), &reference, "{context}");
+                reached_end = true;
+                break;
+            }
+            kills += 1;
+            check_after_kill(&env, &id, &reference, false, &context);
+        }
+        assert!(
+            reached_end,
+            "{point}: more occurrences than the harness tries"
+        );
+    }
+    kills
+}
+
+#[test]
+fn kills_while_recovering_leave_a_truthful_store_and_recover_again() {
+    let kills = recovery_crash_matrix(&chain_workflow(), 0, "record:launched:2");
+    eprintln!("chain workflow, recovery: {kills} kill points checked");
+    assert!(kills >= 25, "only {kills} kill points");
 }
 
 #[test]
