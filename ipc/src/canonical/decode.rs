@@ -39,6 +39,23 @@ pub fn decode(bytes: &[u8]) -> Result<Value, CanonicalError> {
     Ok(value)
 }
 
+/// Checks that `bytes` is exactly one canonical CBOR item, as [`decode`] does (same errors,
+/// same order), without building the value.
+pub(crate) fn check(bytes: &[u8]) -> Result<(), CanonicalError> {
+    let mut decoder = Decoder {
+        input: bytes,
+        pos: 0,
+    };
+    decoder.check(0)?;
+    if decoder.pos < bytes.len() {
+        return Err(CanonicalError::TrailingBytes {
+            offset: decoder.pos,
+            count: bytes.len() - decoder.pos,
+        });
+    }
+    Ok(())
+}
+
 struct Decoder<'a> {
     input: &'a [u8],
     pos: usize,
@@ -119,8 +136,11 @@ impl Decoder<'_> {
         }
     }
 
-    /// `depth` counts the arrays and maps enclosing the item about to be read.
-    fn item(&mut self, depth: usize) -> Result<Value, CanonicalError> {
+    /// Reads one head and applies every check of canonical form to it: no reserved or
+    /// indefinite additional information, no float, undefined or other simple value, no tag,
+    /// shortest argument. Returns the head's offset, major type and argument; false, true
+    /// and null come back as major type 7 with argument 20, 21 or 22.
+    fn head(&mut self) -> Result<(usize, u8, u64), CanonicalError> {
         let offset = self.pos;
         let initial = self.byte()?;
         let major = initial >> 5;
@@ -145,9 +165,7 @@ impl Decoder<'_> {
 
         if major == MAJOR_SIMPLE {
             return match info {
-                20 => Ok(Value::Bool(false)),
-                21 => Ok(Value::Bool(true)),
-                22 => Ok(Value::Null),
+                20..=22 => Ok((offset, major, u64::from(info))),
                 23 => Err(CanonicalError::Undefined { offset }),
                 24 => Err(CanonicalError::SimpleValue {
                     offset,
@@ -191,25 +209,35 @@ impl Decoder<'_> {
                 }
             });
         }
+        Ok((offset, major, argument))
+    }
 
+    /// The text of a string whose head was just read.
+    fn text(&mut self, offset: usize, argument: u64) -> Result<&str, CanonicalError> {
+        let len = self.length(argument, offset, MAJOR_TEXT, 1)?;
+        let start = self.pos;
+        let raw = self.take(len)?;
+        std::str::from_utf8(raw).map_err(|error| CanonicalError::InvalidUtf8 {
+            offset: start + error.valid_up_to(),
+        })
+    }
+
+    /// `depth` counts the arrays and maps enclosing the item about to be read.
+    fn item(&mut self, depth: usize) -> Result<Value, CanonicalError> {
+        let (offset, major, argument) = self.head()?;
         match major {
+            MAJOR_SIMPLE => Ok(match argument {
+                20 => Value::Bool(false),
+                21 => Value::Bool(true),
+                _ => Value::Null,
+            }),
             MAJOR_UNSIGNED => Ok(Value::Integer(Integer::from_head(false, argument))),
             MAJOR_NEGATIVE => Ok(Value::Integer(Integer::from_head(true, argument))),
             MAJOR_BYTES => {
                 let len = self.length(argument, offset, major, 1)?;
                 Ok(Value::Bytes(self.take(len)?.to_vec()))
             }
-            MAJOR_TEXT => {
-                let len = self.length(argument, offset, major, 1)?;
-                let start = self.pos;
-                let raw = self.take(len)?;
-                match std::str::from_utf8(raw) {
-                    Ok(text) => Ok(Value::Text(text.to_owned())),
-                    Err(error) => Err(CanonicalError::InvalidUtf8 {
-                        offset: start + error.valid_up_to(),
-                    }),
-                }
-            }
+            MAJOR_TEXT => Ok(Value::Text(self.text(offset, argument)?.to_owned())),
             MAJOR_ARRAY => {
                 if depth >= MAX_DEPTH {
                     return Err(CanonicalError::TooDeep { limit: MAX_DEPTH });
@@ -238,29 +266,80 @@ impl Decoder<'_> {
             let key_start = self.pos;
             let key = self.item(child_depth)?;
             let key_end = self.pos;
-            if let Some((start, end)) = previous_key {
-                let ordering = self.input[key_start..key_end].cmp(&self.input[start..end]);
-                match ordering {
-                    std::cmp::Ordering::Greater => {}
-                    std::cmp::Ordering::Equal => {
-                        return Err(CanonicalError::DuplicateKey {
-                            offset: key_start,
-                            key: key.describe(),
-                        });
-                    }
-                    std::cmp::Ordering::Less => {
-                        return Err(CanonicalError::UnsortedKeys {
-                            offset: key_start,
-                            key: key.describe(),
-                        });
-                    }
-                }
-            }
+            self.check_key_order(previous_key, key_start, key_end, || key.describe())?;
             previous_key = Some((key_start, key_end));
             let value = self.item(child_depth)?;
             entries.push((key, value));
         }
         Ok(Value::Map(entries))
+    }
+
+    /// Checks one item exactly as [`Decoder::item`] does, without building it.
+    fn check(&mut self, depth: usize) -> Result<(), CanonicalError> {
+        let (offset, major, argument) = self.head()?;
+        match major {
+            MAJOR_SIMPLE | MAJOR_UNSIGNED | MAJOR_NEGATIVE => Ok(()),
+            MAJOR_BYTES => {
+                let len = self.length(argument, offset, major, 1)?;
+                self.take(len).map(|_| ())
+            }
+            MAJOR_TEXT => self.text(offset, argument).map(|_| ()),
+            MAJOR_ARRAY => {
+                if depth >= MAX_DEPTH {
+                    return Err(CanonicalError::TooDeep { limit: MAX_DEPTH });
+                }
+                let len = self.length(argument, offset, major, 1)?;
+                for _ in 0..len {
+                    self.check(depth + 1)?;
+                }
+                Ok(())
+            }
+            _ => {
+                if depth >= MAX_DEPTH {
+                    return Err(CanonicalError::TooDeep { limit: MAX_DEPTH });
+                }
+                let len = self.length(argument, offset, major, 2)?;
+                let mut previous_key: Option<(usize, usize)> = None;
+                for _ in 0..len {
+                    let key_start = self.pos;
+                    self.check(depth + 1)?;
+                    let key_end = self.pos;
+                    let input = self.input;
+                    self.check_key_order(previous_key, key_start, key_end, || {
+                        // The key checked clean, so it decodes on its own.
+                        decode(&input[key_start..key_end])
+                            .map_or_else(|_| "<undecodable>".to_owned(), |key| key.describe())
+                    })?;
+                    previous_key = Some((key_start, key_end));
+                    self.check(depth + 1)?;
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// Keys must ascend strictly by their encoded bytes.
+    fn check_key_order(
+        &self,
+        previous: Option<(usize, usize)>,
+        key_start: usize,
+        key_end: usize,
+        describe: impl FnOnce() -> String,
+    ) -> Result<(), CanonicalError> {
+        let Some((start, end)) = previous else {
+            return Ok(());
+        };
+        match self.input[key_start..key_end].cmp(&self.input[start..end]) {
+            std::cmp::Ordering::Greater => Ok(()),
+            std::cmp::Ordering::Equal => Err(CanonicalError::DuplicateKey {
+                offset: key_start,
+                key: describe(),
+            }),
+            std::cmp::Ordering::Less => Err(CanonicalError::UnsortedKeys {
+                offset: key_start,
+                key: describe(),
+            }),
+        }
     }
 }
 

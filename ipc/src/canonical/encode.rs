@@ -20,9 +20,9 @@ pub(crate) const INFO_U16: u8 = 0x19;
 pub(crate) const INFO_U32: u8 = 0x1a;
 pub(crate) const INFO_U64: u8 = 0x1b;
 
-const FALSE: u8 = 0xf4;
-const TRUE: u8 = 0xf5;
-const NULL: u8 = 0xf6;
+pub(crate) const FALSE: u8 = 0xf4;
+pub(crate) const TRUE: u8 = 0xf5;
+pub(crate) const NULL: u8 = 0xf6;
 
 /// Encodes `value` canonically into a fresh buffer.
 pub fn encode(value: &Value) -> Result<Vec<u8>, CanonicalError> {
@@ -123,7 +123,7 @@ fn encode_map(
     Ok(())
 }
 
-fn write_integer(integer: Integer, out: &mut Vec<u8>) {
+pub(crate) fn write_integer(integer: Integer, out: &mut Vec<u8>) {
     let major = if integer.is_negative() {
         MAJOR_NEGATIVE
     } else {
@@ -153,8 +153,19 @@ pub(crate) fn write_head(out: &mut Vec<u8>, major: u8, argument: u64) {
     }
 }
 
+/// How many bytes [`write_head`] uses for `argument`.
+pub(crate) fn head_len(argument: u64) -> usize {
+    match argument {
+        0..=23 => 1,
+        24..=0xff => 2,
+        0x100..=0xffff => 3,
+        0x1_0000..=0xffff_ffff => 5,
+        _ => 9,
+    }
+}
+
 /// Lengths of in-memory buffers fit in a u64 on every target Rust supports (usize <= 64 bits).
-fn len_u64(len: usize) -> u64 {
+pub(crate) fn len_u64(len: usize) -> u64 {
     u64::try_from(len).unwrap_or(u64::MAX)
 }
 

@@ -7,8 +7,10 @@
 //! map keys sorted by their encoded bytes, no duplicates), no floats and no tags, and a digest
 //! over these bytes never depends on who produced them.
 
+mod de;
 mod decode;
 mod encode;
+mod ser;
 mod serde_bridge;
 mod value;
 

@@ -1,22 +1,25 @@
 //! The serde bridge: typed Rust values to and from canonical bytes.
 //!
-//! Invariant: typed data reaches bytes only through [`encode`] and comes back only through the
-//! strict [`decode`], so serde types get the same canonical guarantees as hand-built values.
-//! ciborium maps serde's data model to CBOR items (`None` and `()` become null, unit variants
-//! become text, other variants a one-entry map, structs a text-keyed map); this module refuses
-//! the items the canonical model lacks (floats, tags such as bignums) by name.
+//! Invariant: typed data reaches bytes with the same guarantees as hand-built values. The
+//! byte paths ([`to_canonical_bytes`], [`from_canonical_bytes`]) go straight between serde
+//! and bytes (`ser`, and the strict check followed by `de`); the value paths ([`to_value`],
+//! [`from_value`]) go through ciborium's value tree. Both use ciborium's mapping of serde's
+//! data model (`None` and `()` become null, unit variants text, other variants a one-entry
+//! map, structs a text-keyed map) and refuse the items the canonical model lacks (floats,
+//! tags such as bignums) by name, so `to_canonical_bytes(t) == encode(&to_value(t)?)` and
+//! `from_canonical_bytes(b) == from_value(decode(b)?)`, results and errors alike.
 
 use ciborium::value::{Error as CiboriumError, Integer as CiboriumInteger, Value as Cbor};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use super::value::{Integer, Value};
-use super::{CanonicalError, MAX_DEPTH, decode, encode};
+use super::{CanonicalError, MAX_DEPTH, de, ser};
 
 /// Serializes `value` into the canonical value model.
 ///
-/// Map entries keep serialization order (struct fields in declaration order); [`encode`]
-/// puts them in canonical order.
+/// Map entries keep serialization order (struct fields in declaration order);
+/// [`encode`](super::encode) puts them in canonical order.
 pub fn to_value<T: Serialize + ?Sized>(value: &T) -> Result<Value, CanonicalError> {
     let raw = Cbor::serialized(value).map_err(|error| CanonicalError::Serialize {
         type_name: std::any::type_name::<T>(),
@@ -27,7 +30,13 @@ pub fn to_value<T: Serialize + ?Sized>(value: &T) -> Result<Value, CanonicalErro
 
 /// Serializes `value` to canonical CBOR bytes.
 pub fn to_canonical_bytes<T: Serialize + ?Sized>(value: &T) -> Result<Vec<u8>, CanonicalError> {
-    encode(&to_value(value)?)
+    ser::to_bytes(value).map_err(|error| match error {
+        Ok(message) => CanonicalError::Serialize {
+            type_name: std::any::type_name::<T>(),
+            message,
+        },
+        Err(canonical) => canonical,
+    })
 }
 
 /// Deserializes a `T` from a value of the canonical model.
@@ -41,8 +50,15 @@ pub fn from_value<T: DeserializeOwned>(value: Value) -> Result<T, CanonicalError
 }
 
 /// Strictly decodes canonical CBOR bytes and deserializes a `T` from them.
+///
+/// The whole input is checked for canonical form first, so a non-canonical input is
+/// refused as such even where its shape would not fit `T` either.
 pub fn from_canonical_bytes<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, CanonicalError> {
-    from_value(decode(bytes)?)
+    super::decode::check(bytes)?;
+    T::deserialize(&mut de::Reader::new(bytes)).map_err(|error| CanonicalError::Deserialize {
+        type_name: std::any::type_name::<T>(),
+        message: error.0,
+    })
 }
 
 fn message(error: CiboriumError) -> String {
@@ -144,6 +160,8 @@ mod tests {
     use serde::Deserialize;
 
     use super::*;
+    use crate::canonical::{decode, encode};
+    use crate::data::Data;
 
     fn round_trip<T: Serialize + DeserializeOwned + PartialEq + std::fmt::Debug>(value: &T) {
         let bytes = to_canonical_bytes(value).unwrap();
@@ -151,6 +169,32 @@ mod tests {
         assert_eq!(&back, value);
         // Canonical: decoding and re-encoding gives the same bytes.
         assert_eq!(encode(&decode(&bytes).unwrap()).unwrap(), bytes);
+        same_as_value_path::<T>(value);
+    }
+
+    /// The byte paths agree with the value paths: same bytes or error when serializing,
+    /// same value or error when deserializing.
+    fn same_as_value_path<T: Serialize + DeserializeOwned + PartialEq + std::fmt::Debug>(
+        value: &T,
+    ) {
+        let direct = to_canonical_bytes(value);
+        let two_step = to_value(value).and_then(|v| encode(&v));
+        assert_eq!(direct, two_step);
+        if let Ok(bytes) = direct {
+            same_reading::<T>(&bytes);
+        }
+    }
+
+    fn same_reading<T: DeserializeOwned + PartialEq + std::fmt::Debug>(bytes: &[u8]) {
+        let direct: Result<T, _> = from_canonical_bytes(bytes);
+        let two_step: Result<T, _> = decode(bytes).and_then(from_value);
+        assert_eq!(direct, two_step, "reading {}", std::any::type_name::<T>());
+    }
+
+    fn same_writing<T: Serialize + ?Sized>(value: &T) -> Result<Vec<u8>, CanonicalError> {
+        let direct = to_canonical_bytes(value);
+        assert_eq!(direct, to_value(value).and_then(|v| encode(&v)));
+        direct
     }
 
     #[derive(Debug, PartialEq, Serialize, Deserialize)]
@@ -361,5 +405,238 @@ mod tests {
                 limit: -9
             }
         );
+    }
+
+    /// A map whose `Serialize` announces a wrong length, keys out of order.
+    struct LyingMap(Vec<(u64, &'static str)>, Option<usize>);
+
+    impl Serialize for LyingMap {
+        fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+            use serde::ser::SerializeMap as _;
+            let mut map = serializer.serialize_map(self.1)?;
+            for (k, v) in &self.0 {
+                map.serialize_entry(k, v)?;
+            }
+            map.end()
+        }
+    }
+
+    /// A value whose `Serialize` fails.
+    struct Failing;
+
+    impl Serialize for Failing {
+        fn serialize<S: serde::Serializer>(&self, _serializer: S) -> Result<S::Ok, S::Error> {
+            Err(serde::ser::Error::custom("refused on purpose"))
+        }
+    }
+
+    /// Raw bytes (major type 2) rather than an array of integers.
+    struct Raw(&'static [u8]);
+
+    impl Serialize for Raw {
+        fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+            serializer.serialize_bytes(self.0)
+        }
+    }
+
+    #[derive(Debug, PartialEq, Serialize, Deserialize)]
+    #[allow(clippy::option_option)] // Some(Some(_)) must survive the trip.
+    struct Shapes {
+        unit: (),
+        tuple: (u8, i64, String),
+        pair: Pair,
+        marker: Marker,
+        letter: char,
+        wide: i128,
+        huge: u128,
+        nested: Option<Option<u8>>,
+        variants: Vec<External>,
+    }
+
+    #[derive(Debug, PartialEq, Serialize, Deserialize)]
+    struct Pair(u16, Option<i8>);
+
+    #[derive(Debug, PartialEq, Serialize, Deserialize)]
+    struct Marker;
+
+    #[test]
+    fn byte_paths_match_value_paths_for_every_serde_shape() {
+        round_trip(&Shapes {
+            unit: (),
+            tuple: (7, -300, "t".into()),
+            pair: Pair(65_535, Some(-128)),
+            marker: Marker,
+            letter: '\u{10151}',
+            wide: -(1_i128 << 64),
+            huge: u128::from(u64::MAX),
+            nested: Some(Some(3)),
+            variants: vec![
+                External::Unit,
+                External::Newtype(i64::MIN),
+                External::Tuple(0, String::new()),
+                External::Struct {
+                    a: None,
+                    b: vec![External::Unit],
+                },
+            ],
+        });
+        let many: HashMap<String, Vec<u32>> = (0..300)
+            .map(|i| (format!("k{i}"), vec![i; (i % 3) as usize]))
+            .collect();
+        round_trip(&many);
+        let keyed: BTreeMap<i64, bool> = [(-1, true), (24, false), (0, true), (i64::MIN, false)]
+            .into_iter()
+            .collect();
+        round_trip(&keyed);
+    }
+
+    #[test]
+    fn announced_lengths_do_not_matter() {
+        let entries = vec![(300, "c"), (1, "a"), (24, "b")];
+        let exact = same_writing(&LyingMap(entries.clone(), Some(3))).unwrap();
+        assert_eq!(
+            same_writing(&LyingMap(entries.clone(), None)).unwrap(),
+            exact
+        );
+        assert_eq!(
+            same_writing(&LyingMap(entries.clone(), Some(1))).unwrap(),
+            exact
+        );
+        assert_eq!(
+            same_writing(&LyingMap(entries, Some(70_000))).unwrap(),
+            exact
+        );
+        let items: Vec<u8> = (0..30).collect();
+        assert_eq!(same_writing(&items).unwrap()[..2], [0x98, 30]);
+    }
+
+    #[test]
+    fn bytes_and_big_integers_match_value_paths() {
+        assert_eq!(same_writing(&Raw(&[1, 2])).unwrap(), [0x42, 1, 2]);
+        assert_eq!(
+            same_writing(&(-(1_i128 << 64) - 1)),
+            Err(CanonicalError::UnsupportedTag { tag: 3 })
+        );
+        assert_eq!(
+            same_writing(&(1_i128 << 64)),
+            Err(CanonicalError::UnsupportedTag { tag: 2 })
+        );
+    }
+
+    #[test]
+    fn error_precedence_matches_value_paths() {
+        // A float before a duplicate key: the float wins.
+        let dup_then_float = (LyingMap(vec![(1, "x"), (1, "y")], None), vec![0.5_f64]);
+        assert!(matches!(
+            same_writing(&dup_then_float),
+            Err(CanonicalError::UnsupportedFloat { .. })
+        ));
+        // A serializer's own error wins over an earlier float.
+        assert!(matches!(
+            same_writing(&(1.5_f32, Failing)),
+            Err(CanonicalError::Serialize { message, .. }) if message == "refused on purpose"
+        ));
+        // The innermost duplicate is reported first.
+        let inner = LyingMap(vec![(2, "i"), (2, "j")], Some(2));
+        let outer = vec![(String::from("o"), inner)];
+        assert_eq!(
+            same_writing(&(outer, LyingMap(vec![(9, "a"), (9, "b")], Some(2)))),
+            Err(CanonicalError::DuplicateKeyInValue {
+                key: "2".to_owned()
+            })
+        );
+    }
+
+    #[test]
+    fn nesting_limit_matches_value_paths() {
+        let mut ok = Data::Null;
+        for _ in 0..MAX_DEPTH {
+            ok = Data::List(vec![ok]);
+        }
+        assert!(same_writing(&ok).is_ok());
+        let deep = Data::List(vec![ok]);
+        assert_eq!(
+            same_writing(&deep),
+            Err(CanonicalError::TooDeep { limit: MAX_DEPTH })
+        );
+        // A newtype variant is a map level of its own.
+        let mut variant = External::Unit;
+        for _ in 0..MAX_DEPTH {
+            variant = External::Struct {
+                a: None,
+                b: vec![variant],
+            };
+        }
+        assert_eq!(
+            same_writing(&variant),
+            Err(CanonicalError::TooDeep { limit: MAX_DEPTH })
+        );
+    }
+
+    #[test]
+    fn shape_errors_match_value_paths() {
+        let record = to_canonical_bytes(&Record {
+            name: "n".into(),
+            note: None,
+            count: Some(300),
+            big: u64::MAX,
+            small: i64::MIN,
+            tags: vec!["ab".into()],
+            payload: vec![1],
+        })
+        .unwrap();
+        same_reading::<Internal>(&record);
+        same_reading::<External>(&record);
+        same_reading::<BTreeMap<String, u8>>(&record);
+        same_reading::<BTreeMap<String, Data>>(&record);
+        same_reading::<Vec<u8>>(&record);
+        same_reading::<Marker>(&record);
+        same_reading::<Option<Pair>>(&record);
+        for value in [
+            Data::Int(300),
+            Data::Int(-1),
+            Data::Int(i64::MIN),
+            Data::String("ab".into()),
+            Data::String("a".into()),
+            Data::Null,
+            Data::Bool(true),
+            Data::List(vec![Data::Int(1), Data::Int(2)]),
+            Data::List(vec![]),
+        ] {
+            let bytes = to_canonical_bytes(&value).unwrap();
+            same_reading::<u8>(&bytes);
+            same_reading::<i8>(&bytes);
+            same_reading::<u64>(&bytes);
+            same_reading::<i128>(&bytes);
+            same_reading::<char>(&bytes);
+            same_reading::<bool>(&bytes);
+            same_reading::<String>(&bytes);
+            same_reading::<()>(&bytes);
+            same_reading::<Option<u8>>(&bytes);
+            same_reading::<Pair>(&bytes);
+            same_reading::<External>(&bytes);
+            same_reading::<Data>(&bytes);
+            same_reading::<(u8, u8)>(&bytes);
+        }
+        // A unit variant written with a payload, and an unknown variant.
+        same_reading::<External>(&to_canonical_bytes(&BTreeMap::from([("Unit", 1)])).unwrap());
+        same_reading::<External>(&to_canonical_bytes(&"Missing").unwrap());
+        same_reading::<External>(&to_canonical_bytes(&"Newtype").unwrap());
+        same_reading::<External>(&to_canonical_bytes(&"Struct").unwrap());
+        // Unknown fields are skipped whole, whatever they hold.
+        let extra = to_canonical_bytes(&BTreeMap::from([
+            (
+                "extra",
+                Data::List(vec![Data::Map(BTreeMap::new()), Data::Int(-5)]),
+            ),
+            ("kind", Data::String("noop".into())),
+        ]))
+        .unwrap();
+        same_reading::<Internal>(&extra);
+        // The smallest integer only fits an i128.
+        let min = encode(&Value::Integer(Integer::MIN)).unwrap();
+        same_reading::<Data>(&min);
+        same_reading::<i128>(&min);
+        same_reading::<i64>(&min);
     }
 }
