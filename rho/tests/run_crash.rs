@@ -407,7 +407,7 @@ fn check_after_kill(env: &Env, id: &str, reference: &Ending, tear: bool, context
             "{context}: the torn tail was repaired and journaled"
         );
     }
-    for (_, task) in &finished.root().tasks {
+    for task in finished.root().tasks.values() {
         for a in &task.attempts {
             assert_ne!(a.phase, AttemptPhase::Intended, "{context}");
             assert_ne!(a.phase, AttemptPhase::Launched, "{context}");
