@@ -89,7 +89,7 @@ pub fn run_list(args: &ListArgs) -> CliResult {
                 "{:<36}  {:<24}  {:>5}  {:<20}  {}",
                 i["plan_id"].as_str().unwrap_or("-"),
                 i["created_at"].as_str().unwrap_or("-"),
-                i["node_count"],
+                i["node_count"].to_string(),
                 digest,
                 i["name"].as_str().unwrap_or("-")
             );
