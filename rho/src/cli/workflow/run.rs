@@ -374,9 +374,6 @@ impl Progress {
                         continue;
                     };
                     for art in [&a.stdout, &a.stderr, &a.output].into_iter().flatten() {
-                        if art.retained_bytes == 0 && art.path.ends_with("stderr") {
-                            continue;
-                        }
                         let path = self
                             .run_dir
                             .as_ref()

@@ -315,8 +315,8 @@ fn run_command(
         state: Some(state),
         reason,
         exit: Some(exit),
-        stdout: Some(stdout),
-        stderr: Some(stderr),
+        stdout,
+        stderr,
         ..Finished::default()
     };
     if state == NodeState::Success
@@ -353,8 +353,9 @@ fn validate_stdout(
             stdout.retained_bytes, stdout.observed_bytes
         ));
     }
-    let bytes =
-        std::fs::read(&stdout.path).map_err(|e| format!("stdout_json: cannot read stdout: {e}"))?;
+    let bytes = stdout
+        .read_retained()
+        .map_err(|e| format!("stdout_json: cannot read stdout: {e}"))?;
     let value = parse_stdout_json(&bytes, schema)?;
     let art = write_output(shared, node, attempt, &value)?;
     Ok((value, art))
@@ -384,14 +385,19 @@ fn write_output(
     })
 }
 
-fn artifact(node: &str, attempt: u32, name: &str, stream: &StreamArtifact) -> Artifact {
-    Artifact {
+/// The artifact record of a captured stream; `None` when the stream was empty, because the
+/// executor creates an artifact file only when its first byte arrives.
+fn artifact(node: &str, attempt: u32, name: &str, stream: &StreamArtifact) -> Option<Artifact> {
+    if stream.observed_bytes == 0 {
+        return None;
+    }
+    Some(Artifact {
         path: RunDir::attempt_relative(node, attempt, name),
         retained_bytes: stream.retained_bytes,
         observed_bytes: stream.observed_bytes,
         truncated: stream.truncated,
         sha256: stream.sha256.clone(),
-    }
+    })
 }
 
 fn run_agent(
