@@ -15,8 +15,14 @@
 //!    waiting writer cannot starve it;
 //! 4. a second walk would launch nothing more (launching changes no decision), so the pass
 //!    ends there.
+//!
+//! [`pass`] is the specification: it looks every node up by id. [`Scheduler`] is the same
+//! function over a node index computed once per program, so one pass is a walk over plain
+//! vectors; the owner runs a pass after every worker message, and the id lookups made a
+//! 1,000-node run quadratic. Its result must equal [`pass`] for every (program, state): debug
+//! builds assert it on every pass, and a property test replays random journals against both.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use rho_ipc::data::Data;
 use rho_ipc::program::{
@@ -191,9 +197,28 @@ fn decide_with(
     node: &Node,
     state_of: &dyn Fn(&str) -> Option<NodeState>,
 ) -> Option<(NodeState, Option<String>)> {
-    let mut need_states = Vec::with_capacity(node.needs.len());
-    for need in &node.needs {
-        let s = state_of(need)?;
+    decide_core(
+        scope,
+        node,
+        node.needs
+            .iter()
+            .map(|need| (need.as_str(), state_of(need))),
+        state_of,
+    )
+}
+
+/// [`decide_with`] with the states of the node's needs given in `needs` order (the indexed
+/// scheduler reads them by position instead of by id).
+fn decide_core<'n>(
+    scope: &ScopeState,
+    node: &Node,
+    needs: impl Iterator<Item = (&'n str, Option<NodeState>)>,
+    state_of: &dyn Fn(&str) -> Option<NodeState>,
+) -> Option<(NodeState, Option<String>)> {
+    // No capacity up front: most calls meet a non-terminal need first and allocate nothing.
+    let mut need_states = Vec::new();
+    for (need, s) in needs {
+        let s = s?;
         if !s.is_terminal() {
             return None;
         }
@@ -336,6 +361,174 @@ pub fn pass(program: &FrozenProgram, scope: &ScopeState) -> Pass {
         out.launches.push(node.id.clone());
     }
     out
+}
+
+/// The scheduler over a node index computed once per program: the same function as [`pass`]
+/// (same decisions in the same order, same launches), at the cost of walks over vectors.
+///
+/// It holds nothing derived from any state, only from the program, so it stays a pure
+/// function of (program, state) and can be built anew at any time (resume, replay).
+#[derive(Debug, Clone)]
+pub struct Scheduler {
+    /// Node index by id.
+    index: HashMap<String, usize>,
+    /// Per node, in program order: the index of each need (`None` when the program has no
+    /// such node; such a need never becomes terminal, as in [`pass`]).
+    needs: Vec<Vec<Option<usize>>>,
+    /// Whether the program's nodes are in strictly increasing id order, so the scope's task
+    /// map (ordered by id) can be read alongside them in one walk.
+    sorted: bool,
+}
+
+impl Scheduler {
+    /// Indexes a program's root scope.
+    pub fn new(program: &FrozenProgram) -> Self {
+        let nodes = &program.root.nodes;
+        let mut index = HashMap::with_capacity(nodes.len());
+        for (i, node) in nodes.iter().enumerate() {
+            // First occurrence wins, like a lookup by id would find it.
+            index.entry(node.id.clone()).or_insert(i);
+        }
+        let needs = nodes
+            .iter()
+            .map(|node| node.needs.iter().map(|n| index.get(n).copied()).collect())
+            .collect();
+        let sorted = nodes.windows(2).all(|w| w[0].id < w[1].id);
+        Scheduler {
+            index,
+            needs,
+            sorted,
+        }
+    }
+
+    /// Whether this index was built from a program with these nodes (same count, same
+    /// order of ids at the ends); anything else falls back to [`pass`].
+    fn fits(&self, program: &FrozenProgram) -> bool {
+        let nodes = &program.root.nodes;
+        nodes.len() == self.needs.len()
+            && nodes.len() == self.index.len()
+            && nodes
+                .first()
+                .is_none_or(|n| self.index.get(&n.id) == Some(&0))
+            && nodes
+                .last()
+                .is_none_or(|n| self.index.get(&n.id) == Some(&(nodes.len() - 1)))
+    }
+
+    /// The state of every program node in the scope, in program order.
+    fn states(&self, program: &FrozenProgram, scope: &ScopeState) -> Vec<Option<NodeState>> {
+        let nodes = &program.root.nodes;
+        if !self.sorted {
+            return nodes.iter().map(|n| scope.node_state(&n.id)).collect();
+        }
+        // Both sequences are ordered by id: one merge walk, no lookups.
+        let mut out = Vec::with_capacity(nodes.len());
+        let mut tasks = scope.tasks.iter().peekable();
+        for node in nodes {
+            let mut found = None;
+            while let Some((id, task)) = tasks.peek() {
+                match id.as_str().cmp(node.id.as_str()) {
+                    std::cmp::Ordering::Less => {
+                        tasks.next();
+                    }
+                    std::cmp::Ordering::Equal => {
+                        found = Some(task.state);
+                        tasks.next();
+                        break;
+                    }
+                    std::cmp::Ordering::Greater => break,
+                }
+            }
+            out.push(found);
+        }
+        out
+    }
+
+    /// One scheduling pass; equal to [`pass`]`(program, scope)`.
+    pub fn pass(&self, program: &FrozenProgram, scope: &ScopeState) -> Pass {
+        if !self.fits(program) {
+            return pass(program, scope);
+        }
+        let out = self.indexed_pass(program, scope);
+        debug_assert_eq!(
+            out,
+            pass(program, scope),
+            "the indexed scheduler departed from the specification"
+        );
+        out
+    }
+
+    fn indexed_pass(&self, program: &FrozenProgram, scope: &ScopeState) -> Pass {
+        let nodes = &program.root.nodes;
+        let mut states = self.states(program, scope);
+        let mut out = Pass::default();
+
+        // Step 1, as in `pass`: sweeps in node-ID order until one decides nothing; a
+        // decision is visible to the nodes after it in the same sweep.
+        loop {
+            let mut changed = false;
+            for (i, node) in nodes.iter().enumerate() {
+                if states[i] != Some(NodeState::Pending) {
+                    continue;
+                }
+                let decided = {
+                    let states = &states;
+                    let state_of = |id: &str| match self.index.get(id) {
+                        Some(&j) => states[j],
+                        None => scope.node_state(id),
+                    };
+                    let needs = node
+                        .needs
+                        .iter()
+                        .zip(&self.needs[i])
+                        .map(|(id, j)| (id.as_str(), j.and_then(|j| states[j])));
+                    decide_core(scope, node, needs, &state_of)
+                };
+                if let Some((state, reason)) = decided {
+                    states[i] = Some(state);
+                    out.decisions.push(Decision {
+                        node: node.id.clone(),
+                        state,
+                        reason,
+                    });
+                    changed = true;
+                }
+            }
+            if !changed {
+                break;
+            }
+        }
+
+        // Steps 2 and 3.
+        let mut usage = Usage::default();
+        for (node, state) in nodes.iter().zip(&states) {
+            if *state == Some(NodeState::Running) {
+                usage.add(node);
+            }
+        }
+        let limits = &program.scheduler;
+        for (node, state) in nodes.iter().zip(&states) {
+            if *state != Some(NodeState::Ready) {
+                continue;
+            }
+            if usage.total >= limits.max_parallel_nodes {
+                break;
+            }
+            if !lane_has_room(limits, &usage, node.kind()) {
+                continue;
+            }
+            let fits = match node.access {
+                Access::ReadOnly => !usage.writer,
+                Access::Mutating => !usage.writer && usage.readers == 0,
+            };
+            if !fits {
+                break;
+            }
+            usage.add(node);
+            out.launches.push(node.id.clone());
+        }
+        out
+    }
 }
 
 fn lane_has_room(limits: &SchedulerSettings, usage: &Usage, kind: NodeKind) -> bool {
@@ -816,5 +1009,200 @@ pub(crate) mod tests {
         );
         let s = scope(&p2, &[("a", NodeState::Failure)]);
         assert_eq!(decided(&pass(&p2, &s), "b"), Some(NodeState::Blocked));
+    }
+
+    /// A small deterministic generator (xorshift64*), so the replay test needs no seed file.
+    struct Rng(u64);
+
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            self.0 ^= self.0 >> 12;
+            self.0 ^= self.0 << 25;
+            self.0 ^= self.0 >> 27;
+            self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+        }
+        fn below(&mut self, n: usize) -> usize {
+            usize::try_from(self.next() % n as u64).unwrap()
+        }
+    }
+
+    /// A random acyclic program: needs point to nodes earlier in a random order (so a need
+    /// may sort before or after its dependent), some nodes have a condition on a need's
+    /// status or exit code, access and kind vary, limits are small.
+    fn random_program(rng: &mut Rng) -> FrozenProgram {
+        let n = 1 + rng.below(14);
+        let mut order: Vec<usize> = (0..n).collect();
+        for i in (1..n).rev() {
+            order.swap(i, rng.below(i + 1));
+        }
+        let id = |k: usize| format!("n{k:02}");
+        let mut nodes = Vec::new();
+        for (pos, &k) in order.iter().enumerate() {
+            let mut needs = Vec::new();
+            for &earlier in &order[..pos] {
+                if rng.below(3) == 0 {
+                    needs.push(id(earlier));
+                }
+            }
+            let access = if rng.below(2) == 0 {
+                Access::ReadOnly
+            } else {
+                Access::Mutating
+            };
+            let mut node = if rng.below(3) == 0 {
+                agent_node(&id(k), &[], access)
+            } else {
+                Node {
+                    access,
+                    ..command_node(&id(k), &[])
+                }
+            };
+            if !needs.is_empty() && rng.below(3) == 0 {
+                let target = needs[rng.below(needs.len())].clone();
+                node.when = Some(match rng.below(3) {
+                    0 => status_is(&target, "success"),
+                    1 => Condition::Not {
+                        condition: Box::new(status_is(&target, "failure")),
+                    },
+                    _ => Condition::Equals {
+                        reference: Reference::ExitCode { node: target },
+                        value: Data::Int(0),
+                    },
+                });
+            }
+            node.allow_failure = rng.below(4) == 0;
+            node.needs = needs;
+            nodes.push(node);
+        }
+        let total = 1 + u32::try_from(rng.below(4)).unwrap();
+        let agents = 1 + u32::try_from(rng.below(3)).unwrap();
+        let commands = 1 + u32::try_from(rng.below(3)).unwrap();
+        program(nodes, settings(total, agents, commands))
+    }
+
+    /// Drives a random program through journal events the way the owner does (a pass, its
+    /// decisions and launch intents, then one attempt ends with a random state), checking at
+    /// every step that the indexed scheduler equals the specification on the replayed state.
+    #[test]
+    fn indexed_scheduler_equals_the_specification_on_replayed_journals() {
+        use crate::workflow::state::{Event, EventKind, ExitRecord, State, apply, replay};
+        let mut passes = 0usize;
+        let mut launches = 0usize;
+        for seed in 1..=400u64 {
+            let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15));
+            let p = random_program(&mut rng);
+            let sched = Scheduler::new(&p);
+            let mut journal = vec![Event {
+                seq: 1,
+                at_ms: 0,
+                kind: EventKind::RunCreated {
+                    run_id: "r".into(),
+                    program_digest: "d".into(),
+                    nodes: p.root.nodes.iter().map(|n| n.id.clone()).collect(),
+                },
+            }];
+            let mut state = State::empty();
+            apply(&mut state, &journal[0]).unwrap();
+            let push = |state: &mut State, journal: &mut Vec<Event>, kind: EventKind| {
+                let event = Event {
+                    seq: journal.len() as u64 + 1,
+                    at_ms: 0,
+                    kind,
+                };
+                apply(state, &event).unwrap();
+                journal.push(event);
+            };
+            loop {
+                let spec = pass(&p, state.root());
+                assert_eq!(sched.pass(&p, state.root()), spec, "seed {seed}");
+                passes += 1;
+                for d in spec.decisions {
+                    push(
+                        &mut state,
+                        &mut journal,
+                        EventKind::NodeStateChanged {
+                            node: d.node,
+                            state: d.state,
+                            reason: d.reason,
+                        },
+                    );
+                }
+                for node in spec.launches {
+                    launches += 1;
+                    push(
+                        &mut state,
+                        &mut journal,
+                        EventKind::LaunchIntended { node, attempt: 1 },
+                    );
+                }
+                let running: Vec<String> = state
+                    .root()
+                    .tasks
+                    .iter()
+                    .filter(|(_, t)| t.state == NodeState::Running)
+                    .map(|(id, _)| id.clone())
+                    .collect();
+                if running.is_empty() {
+                    break;
+                }
+                let node = running[rng.below(running.len())].clone();
+                let (end, exit) = match rng.below(6) {
+                    0 => (NodeState::Failure, Some(ExitRecord::Code { code: 1 })),
+                    1 => (NodeState::Denial, None),
+                    2 => (NodeState::Cancellation, Some(ExitRecord::Cancelled)),
+                    3 => (NodeState::Failure, None),
+                    _ => (NodeState::Success, Some(ExitRecord::Code { code: 0 })),
+                };
+                push(
+                    &mut state,
+                    &mut journal,
+                    EventKind::AttemptFinished {
+                        node,
+                        attempt: 1,
+                        state: end,
+                        reason: None,
+                        exit,
+                        stdout: None,
+                        stderr: None,
+                        output: None,
+                        output_artifact: None,
+                    },
+                );
+            }
+            // The journal replays to the state the walk built, and from it both agree.
+            let replayed = replay(&journal).unwrap();
+            assert_eq!(replayed, state, "seed {seed}");
+            assert_eq!(
+                sched.pass(&p, replayed.root()),
+                pass(&p, replayed.root()),
+                "seed {seed}"
+            );
+        }
+        assert!(
+            passes > 1500 && launches > 1000,
+            "{passes} passes, {launches} launches"
+        );
+    }
+
+    #[test]
+    fn indexed_scheduler_falls_back_for_another_program_or_unsorted_nodes() {
+        let small = program(vec![command_node("a", &[])], settings(4, 4, 4));
+        let big = program(
+            vec![command_node("a", &[]), command_node("b", &["a"])],
+            settings(4, 4, 4),
+        );
+        let sched = Scheduler::new(&small);
+        let s = scope(&big, &[("a", NodeState::Success)]);
+        assert_eq!(sched.pass(&big, &s), pass(&big, &s));
+        assert_eq!(decided(&sched.pass(&big, &s), "b"), Some(NodeState::Ready));
+        // Nodes out of id order (never produced by the planner) still schedule correctly.
+        let mut unsorted = big.clone();
+        unsorted.root.nodes.reverse();
+        let sched = Scheduler::new(&unsorted);
+        assert_eq!(sched.pass(&unsorted, &s), pass(&unsorted, &s));
+        assert_eq!(
+            decided(&sched.pass(&unsorted, &s), "b"),
+            Some(NodeState::Ready)
+        );
     }
 }

@@ -56,6 +56,8 @@ pub(super) struct Owner<'p> {
     active: HashMap<String, CancelToken>,
     snapshot_seq: u64,
     cancelling: Option<String>,
+    /// The program's node index, so a pass does not look nodes up by id.
+    scheduler: scheduler::Scheduler,
     /// The order of the latest classifier counters journaled by this owner.
     counters_order: u64,
 }
@@ -78,6 +80,7 @@ impl<'p> Owner<'p> {
     ) -> Self {
         let (tx, rx) = channel();
         let snapshot_seq = state.last_event_sequence;
+        let scheduler = scheduler::Scheduler::new(&program);
         Owner {
             run,
             program,
@@ -91,6 +94,7 @@ impl<'p> Owner<'p> {
             active: HashMap::new(),
             snapshot_seq,
             cancelling: None,
+            scheduler,
             counters_order: 0,
         }
     }
@@ -160,7 +164,7 @@ impl<'p> Owner<'p> {
             let mut starts = Vec::new();
             let mut progressed = false;
             if self.cancelling.is_none() {
-                let pass = scheduler::pass(&self.program, self.state.root());
+                let pass = self.scheduler.pass(&self.program, self.state.root());
                 progressed |= !pass.decisions.is_empty();
                 for d in pass.decisions {
                     self.record(EventKind::NodeStateChanged {
