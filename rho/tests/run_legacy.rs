@@ -153,7 +153,7 @@ fn legacy_plans_and_runs_are_listed() {
     let planned = env.rho(&["workflow", "plan", "wf.star"]);
     assert_eq!(code(&planned), 0, "{}", text(&planned));
 
-    let out = env.rho(&["workflow", "list", "--json"]);
+    let out = env.rho(&["workflow", "list", "--plans", "--json"]);
     assert_eq!(code(&out), 0, "{}", text(&out));
     let items: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(items.len(), 2, "{items:?}");

@@ -91,3 +91,44 @@ fn doctor_reports_every_planner_protection_applied() {
     }
     assert!(text.contains("refused"), "{text}");
 }
+
+#[test]
+fn list_shows_plans_and_runs_newest_first_unless_one_kind_is_asked_for() {
+    let sandbox = Sandbox::new();
+    hello_workspace(&sandbox);
+    let out = sandbox.run(&[
+        "workflow",
+        "run",
+        ".rho/workflows/hello/workflow.star",
+        "--yes",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+
+    let listed = sandbox.run(&["workflow", "list", "--json"]);
+    assert_eq!(listed.status.code(), Some(0), "{}", stderr(&listed));
+    let items: Vec<serde_json::Value> = serde_json::from_slice(&listed.stdout).expect("json");
+    let kinds: Vec<&str> = items
+        .iter()
+        .map(|i| i["kind"].as_str().expect("kind"))
+        .collect();
+    assert_eq!(
+        kinds,
+        ["run", "plan"],
+        "the run was created after its plan: {items:?}"
+    );
+    assert_eq!(items[0]["lifecycle"], "completed");
+    assert_eq!(items[0]["plan_id"], items[1]["plan_id"]);
+
+    let text = stdout(&sandbox.run(&["workflow", "list"]));
+    assert!(
+        text.contains("PLAN_ID") && text.contains("RUN_ID"),
+        "{text}"
+    );
+
+    for (flag, kind) in [("--plans", "plan"), ("--runs", "run")] {
+        let only = sandbox.run(&["workflow", "list", flag, "--json"]);
+        let items: Vec<serde_json::Value> = serde_json::from_slice(&only.stdout).expect("json");
+        assert_eq!(items.len(), 1, "{flag}: {items:?}");
+        assert_eq!(items[0]["kind"], kind, "{flag}");
+    }
+}

@@ -1,5 +1,6 @@
-//! `rho workflow list`: the current workspace's plans (or, with `--runs`, its runs), newest
-//! first, including entries written by an older release (manifest format 1), marked legacy.
+//! `rho workflow list`: the current workspace's plans and runs (or only one kind, with
+//! `--plans` or `--runs`), newest first, including entries written by an older release
+//! (manifest format 1), marked legacy.
 //!
 //! Invariant: only entries whose recorded workspace is the current canonical workspace are
 //! shown, so two checkouts never see each other's plans; listing never takes a run's lock.
@@ -14,16 +15,16 @@ use crate::cli::exit::{CliError, CliResult, ExitCode};
 use crate::paths::{self, RhoHome};
 use crate::workflow::store::plans::{self, StoredPlanManifest};
 
-/// List this workspace's plans, newest first.
+/// List this workspace's plans and runs, newest first.
 #[derive(Debug, Args)]
 pub struct ListArgs {
-    /// List plans (the default).
+    /// List only plans.
     #[arg(long, conflicts_with = "runs")]
     pub plans: bool,
-    /// List runs instead of plans.
+    /// List only runs.
     #[arg(long)]
     pub runs: bool,
-    /// Show at most N entries.
+    /// Show at most N entries of each kind.
     #[arg(long, value_name = "N")]
     pub limit: Option<usize>,
     /// Print JSON instead of a table.
@@ -36,11 +37,52 @@ pub fn run_list(args: &ListArgs) -> CliResult {
     let home = RhoHome::from_env().map_err(|e| CliError::operational(e.to_string()))?;
     let workspace = paths::current_workspace().map_err(|e| CliError::operational(e.to_string()))?;
     let workspace = workspace.to_string_lossy();
-    if args.runs {
-        return list_runs(&home, &workspace, args);
-    }
+    let plans = if args.runs {
+        None
+    } else {
+        Some(plan_items(&home, &workspace, args.limit)?)
+    };
+    let runs = if args.plans {
+        None
+    } else {
+        Some(run_items(&home, &workspace, args.limit)?)
+    };
+    let text = if args.json {
+        let mut items: Vec<serde_json::Value> =
+            plans.iter().chain(runs.iter()).flatten().cloned().collect();
+        // Newest first across both kinds; timestamps share one ISO-8601 UTC format.
+        items.sort_by(|a, b| {
+            b["created_at"]
+                .as_str()
+                .unwrap_or("")
+                .cmp(a["created_at"].as_str().unwrap_or(""))
+        });
+        json_text(&json!(items))
+    } else {
+        let mut out = String::new();
+        if let Some(plans) = &plans {
+            out.push_str(&plan_table(plans));
+        }
+        if let Some(runs) = &runs {
+            if !out.is_empty() {
+                out.push('\n');
+            }
+            out.push_str(&run_table(runs));
+        }
+        out
+    };
+    print_out(&text)?;
+    Ok(ExitCode::Success)
+}
+
+/// This workspace's plans, newest first.
+fn plan_items(
+    home: &RhoHome,
+    workspace: &str,
+    limit: Option<usize>,
+) -> Result<Vec<serde_json::Value>, CliError> {
     let mut items = Vec::new();
-    for manifest in plans::list_all(&home).map_err(|e| store_error(&e))? {
+    for manifest in plans::list_all(home).map_err(|e| store_error(&e))? {
         if manifest.workspace_path() != Some(&*workspace) {
             continue;
         }
@@ -65,19 +107,21 @@ pub fn run_list(args: &ListArgs) -> CliResult {
             }),
         });
     }
-    if let Some(limit) = args.limit {
+    if let Some(limit) = limit {
         items.truncate(limit);
     }
-    let text = if args.json {
-        json_text(&json!(items))
-    } else if items.is_empty() {
+    Ok(items)
+}
+
+fn plan_table(items: &[serde_json::Value]) -> String {
+    if items.is_empty() {
         "no plans in this workspace\n".to_owned()
     } else {
         let mut out = format!(
             "{:<36}  {:<24}  {:>5}  {:<20}  {}\n",
             "PLAN_ID", "CREATED", "NODES", "DIGEST", "NAME"
         );
-        for i in &items {
+        for i in items {
             let digest = if i["legacy"] == true {
                 "legacy (format 1)"
             } else {
@@ -95,13 +139,15 @@ pub fn run_list(args: &ListArgs) -> CliResult {
             );
         }
         out
-    };
-    print_out(&text)?;
-    Ok(ExitCode::Success)
+    }
 }
 
-/// `list --runs`: this workspace's runs (format-1 runs included, marked legacy), newest first.
-fn list_runs(home: &RhoHome, workspace: &str, args: &ListArgs) -> CliResult {
+/// This workspace's runs (format-1 runs included, marked legacy), newest first.
+fn run_items(
+    home: &RhoHome,
+    workspace: &str,
+    limit: Option<usize>,
+) -> Result<Vec<serde_json::Value>, CliError> {
     use crate::workflow::store::runs::{self, StoredManifest};
     let mut items = Vec::new();
     for manifest in runs::list(home).map_err(|e| store_error(&e))? {
@@ -136,19 +182,21 @@ fn list_runs(home: &RhoHome, workspace: &str, args: &ListArgs) -> CliResult {
         };
         items.push(item);
     }
-    if let Some(limit) = args.limit {
+    if let Some(limit) = limit {
         items.truncate(limit);
     }
-    let text = if args.json {
-        json_text(&json!(items))
-    } else if items.is_empty() {
+    Ok(items)
+}
+
+fn run_table(items: &[serde_json::Value]) -> String {
+    if items.is_empty() {
         "no runs in this workspace\n".to_owned()
     } else {
         let mut out = format!(
             "{:<36}  {:<24}  {:<14}  {:<12}  {}\n",
             "RUN_ID", "CREATED", "LIFECYCLE", "OUTCOME", "NAME"
         );
-        for i in &items {
+        for i in items {
             let lifecycle = if i["legacy"] == true {
                 "legacy"
             } else {
@@ -165,7 +213,5 @@ fn list_runs(home: &RhoHome, workspace: &str, args: &ListArgs) -> CliResult {
             );
         }
         out
-    };
-    print_out(&text)?;
-    Ok(ExitCode::Success)
+    }
 }
