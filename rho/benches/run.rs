@@ -3,6 +3,9 @@
 //! ratio, the per-node cost at 200 vs 1,000 nodes, and the time of `status --output json` on
 //! the finished 1,000-node run. Run with `cargo bench -p rho --bench run` after building the
 //! release binaries (`cargo build --release -p rho -p rho-planner-worker`).
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a broken setup should panic
+
+use std::fmt::Write as _;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -41,9 +44,9 @@ fn ninja_file(n: usize, chain: bool) -> String {
     let mut out = String::from("rule t\n  command = true && touch $out\n");
     for i in 0..n {
         if chain && i > 0 {
-            out.push_str(&format!("build o{i}: t | o{}\n", i - 1));
+            let _ = writeln!(out, "build o{i}: t | o{}", i - 1);
         } else {
-            out.push_str(&format!("build o{i}: t\n"));
+            let _ = writeln!(out, "build o{i}: t");
         }
     }
     out

@@ -1,5 +1,6 @@
 //! The binder: capability intersection, alias resolution, the claude-cli flag mapping, the
 //! read-only rule and the frozen setup.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a broken setup should panic
 
 use std::collections::BTreeSet;
 use std::path::Path;

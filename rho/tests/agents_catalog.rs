@@ -1,4 +1,5 @@
 //! Discovery and precedence of agent definitions, with real directories.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a broken setup should panic
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -68,7 +69,10 @@ fn def(description: &str) -> String {
 fn builtins_alone_form_the_default_catalog() {
     let layout = Layout::new();
     let catalog = Catalog::discover(&layout.sources(false)).unwrap();
-    let ids: Vec<&str> = catalog.entries().map(|e| e.id()).collect();
+    let ids: Vec<&str> = catalog
+        .entries()
+        .map(rho::agents::CatalogEntry::id)
+        .collect();
     assert_eq!(ids, ["default", "explorer", "reviewer", "worker"]);
     assert!(
         catalog
@@ -209,7 +213,10 @@ fn only_visible_markdown_files_count() {
     fs::create_dir_all(dir.join("folder.md")).unwrap();
     write(&dir, "real.md", &def("real"));
     let catalog = Catalog::discover(&layout.sources(false)).unwrap();
-    let ids: Vec<&str> = catalog.entries().map(|e| e.id()).collect();
+    let ids: Vec<&str> = catalog
+        .entries()
+        .map(rho::agents::CatalogEntry::id)
+        .collect();
     assert_eq!(ids, ["default", "explorer", "real", "reviewer", "worker"]);
 }
 

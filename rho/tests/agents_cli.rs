@@ -1,5 +1,6 @@
 //! End-to-end: `rho agents schema|validate|list` run as the built binary in a cleared
 //! environment with temporary HOME, RHO_HOME and workspace.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a broken setup should panic
 
 use std::fs;
 use std::path::{Path, PathBuf};

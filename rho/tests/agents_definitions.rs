@@ -1,6 +1,7 @@
 //! Table tests for the agent definition schema: one case per rule (accept and reject), each
 //! also checked against the published frontmatter JSON Schema so that the parser never accepts
 //! what the schema rejects.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a broken setup should panic
 
 use std::path::Path;
 

@@ -2,6 +2,8 @@
 //! (`rho trust add`, or `RHO_TRUST_PROJECT_AGENTS=1`), and the plan records that it needed it.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use std::os::unix::fs::PermissionsExt as _;
+
 mod plan_support;
 
 use plan_support::Env;
@@ -43,7 +45,6 @@ fn project_agents_need_trust_and_the_plan_records_it() {
         doc["workspaces"],
         serde_json::json!([env.ws.to_str().unwrap()])
     );
-    use std::os::unix::fs::PermissionsExt as _;
     let mode = std::fs::metadata(env.home.join("trust.json"))
         .unwrap()
         .permissions()
@@ -109,7 +110,6 @@ fn a_world_readable_trust_file_is_refused() {
     let env = Env::new();
     let run = env.rho(&["trust", "add"]);
     assert_eq!(run.code, 0, "{}", run.stderr);
-    use std::os::unix::fs::PermissionsExt as _;
     std::fs::set_permissions(
         env.home.join("trust.json"),
         std::fs::Permissions::from_mode(0o644),

@@ -10,6 +10,7 @@
     clippy::too_many_lines
 )]
 
+use std::fmt::Write as _;
 use std::os::unix::fs::PermissionsExt as _;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
@@ -89,6 +90,7 @@ impl Env {
     }
 
     /// An executable `#!/bin/sh` script.
+    #[allow(clippy::unused_self)] // a method so tests read `env.script(...)` like the rest
     fn script(&self, path: &Path, body: &str) -> PathBuf {
         std::fs::write(path, format!("#!/bin/sh\n{body}\n")).unwrap();
         std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).unwrap();
@@ -139,9 +141,10 @@ impl Env {
 fn hooks_toml(hooks: &[(&str, &str, Vec<String>)]) -> String {
     let mut toml = "version = 1\n".to_owned();
     for (id, on, argv) in hooks {
-        toml.push_str(&format!(
+        let _ = write!(
+            toml,
             "[[hook]]\nid = \"{id}\"\non = \"{on}\"\ncommand = {argv:?}\ntimeout = \"30s\"\n"
-        ));
+        );
     }
     toml
 }

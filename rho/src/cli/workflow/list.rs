@@ -83,7 +83,7 @@ fn plan_items(
 ) -> Result<Vec<serde_json::Value>, CliError> {
     let mut items = Vec::new();
     for manifest in plans::list_all(home).map_err(|e| store_error(&e))? {
-        if manifest.workspace_path() != Some(&*workspace) {
+        if manifest.workspace_path() != Some(workspace) {
             continue;
         }
         items.push(match &manifest {
