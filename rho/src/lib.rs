@@ -7,6 +7,6 @@ pub mod agents;
 pub mod cli;
 pub mod config;
 pub mod paths;
-pub mod trust;
 pub mod permissions;
+pub mod trust;
 pub mod workflow;
