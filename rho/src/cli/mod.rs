@@ -25,7 +25,7 @@ pub struct Cli {
 enum Command {
     /// Inspect and validate agent definitions.
     Agents(agents::AgentsArgs),
-    /// Validate, plan and inspect workflows.
+    /// Validate, plan, run and inspect workflows.
     Workflow(workflow::WorkflowArgs),
     /// Check the planner sandbox on this machine.
     Doctor(doctor::DoctorArgs),

@@ -34,7 +34,7 @@ use crate::workflow::plan::{self as planning, PlanError, PlanInput, Planned, Pro
 use crate::workflow::store::StoreError;
 use crate::workflow::store::plans::PlanManifest;
 
-/// Validate, plan and inspect workflows.
+/// Validate, plan, run and inspect workflows.
 #[derive(Debug, Args)]
 pub struct WorkflowArgs {
     #[command(subcommand)]
@@ -47,9 +47,9 @@ enum WorkflowCommand {
     Validate(validate::ValidateArgs),
     /// Freeze a workflow file into a stored plan and print its id and digest.
     Plan(plan::PlanArgs),
-    /// List this workspace's plans, newest first.
+    /// List this workspace's plans and runs, newest first.
     List(list::ListArgs),
-    /// Delete a stored plan.
+    /// Delete a stored plan or run (refused while another process owns the run).
     Delete(delete::DeleteArgs),
     /// Draw a plan's (or a workflow file's) node graph as Mermaid or DOT.
     Graph(graph::GraphArgs),
