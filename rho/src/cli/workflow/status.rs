@@ -5,17 +5,27 @@
 //! the journal after it, and detects by itself an owner that died (the recorded owner
 //! process is gone while the run never closed), reporting `needs_recovery` with the attempts
 //! in flight and their last known process.
+//!
+//! The JSON document is serialized straight from the borrowed state and the typed program:
+//! building it as a generic JSON tree first (and decoding `graph.json` into one) was most of
+//! the time `status` took on a 1,000-node run.
 
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use clap::{Args, ValueEnum};
+use rho_ipc::data::Data;
+use rho_ipc::program::FrozenProgram;
+use serde::{Deserialize, Serialize};
 use serde_json::json;
 
 use super::{json_text, print_out, store_error};
 use crate::cli::exit::{CliError, CliResult, ExitCode};
 use crate::paths::RhoHome;
 use crate::workflow::runner::{self, Inspection};
-use crate::workflow::store::runs::{self, StoredManifest};
+use crate::workflow::state::{Completion, HookFailureRecord, Lifecycle, Outcome, State, Task};
+use crate::workflow::store::StoreError;
+use crate::workflow::store::runs::{self, RunDir, RunManifest, StoredManifest};
 
 /// Output formats of `status`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -43,48 +53,127 @@ pub fn run_status(args: &StatusArgs) -> CliResult {
     let id = runs::resolve(&home, &args.id).map_err(|e| store_error(&e))?;
     let (run, inspection) = runner::inspect(&home, &id).map_err(|e| super::run::run_error(&e))?;
     let text = match args.output {
-        StatusOutput::Json => {
+        StatusOutput::Json => match &inspection.manifest {
+            StoredManifest::Current(manifest) => {
+                let program = graph_program(&run)?;
+                let mut text =
+                    serde_json::to_string_pretty(&status_document(&inspection, manifest, &program))
+                        .map_err(|e| {
+                            CliError::operational(format!("cannot encode the status: {e}"))
+                        })?;
+                text.push('\n');
+                text
+            }
             // A format-1 run is shown as stored; it has no graph.json of this format.
-            let program = match inspection.manifest {
-                StoredManifest::Current(_) => run.graph_json().map_err(|e| store_error(&e))?,
-                StoredManifest::Legacy(_) => serde_json::Value::Null,
-            };
-            json_text(&status_json(&inspection, &program))
-        }
+            StoredManifest::Legacy(_) => json_text(&legacy_json(&inspection)),
+        },
         StatusOutput::Text => status_text(&id, run.path(), &inspection),
     };
     print_out(&text)?;
     Ok(ExitCode::Success)
 }
 
-fn status_json(inspection: &Inspection, graph: &serde_json::Value) -> serde_json::Value {
-    match &inspection.manifest {
-        StoredManifest::Legacy(manifest) => json!({
-            "manifest": manifest,
-            "legacy": true,
-            "state": inspection.legacy_state,
-        }),
-        StoredManifest::Current(manifest) => {
-            let state = inspection.state.as_ref();
-            let root = state.map(crate::workflow::state::State::root);
-            json!({
-                "manifest": manifest,
-                "program": graph.get("program"),
-                "program_digest": manifest.program_digest,
-                "graph_digest": manifest.graph_digest,
-                "state": state,
-                "lifecycle": inspection.effective_lifecycle(),
-                "outcome": root.and_then(|r| r.result.as_ref()).map(|r| r.outcome),
-                "nodes": root.map(|r| &r.tasks),
-                "outputs": root.map(|r| &r.outputs),
-                "command_exits": root.map(|r| &r.command_exits),
-                "completions": root.map(|r| &r.completions),
-                "permission_mode": manifest.policy.map(|p| p.permission_mode),
-                "hook_failures": state.map(|s| &s.hook_failures),
-                "owner_alive": state.and_then(|s| s.owner.as_ref()).map(|_| !inspection.owner_dead),
-                "needs_recovery": inspection.uncertain,
-            })
-        }
+/// `status --output json` of a format-1 run: its manifest and state as stored.
+fn legacy_json(inspection: &Inspection) -> serde_json::Value {
+    json!({
+        "manifest": match &inspection.manifest {
+            StoredManifest::Legacy(manifest) => Some(manifest),
+            StoredManifest::Current(_) => None,
+        },
+        "legacy": true,
+        "state": inspection.legacy_state,
+    })
+}
+
+/// Largest `graph.json` status reads (the store's own bound for run documents).
+const MAX_GRAPH_BYTES: u64 = 512 * 1024 * 1024;
+
+/// The `program` member of a run's `graph.json`.
+#[derive(Debug, Serialize)]
+#[serde(untagged)]
+enum GraphProgram {
+    /// Read as the typed program (the usual case, and the fast one).
+    Typed(Box<FrozenProgram>),
+    /// Read as generic JSON, for a document the typed reader refuses: status shows what is
+    /// stored rather than failing (`null` when it has no `program`).
+    Generic(Option<serde_json::Value>),
+}
+
+#[derive(Deserialize)]
+struct TypedGraph {
+    program: Box<FrozenProgram>,
+}
+
+fn graph_program(run: &RunDir) -> Result<GraphProgram, CliError> {
+    let bytes = run
+        .dir()
+        .read_private("graph.json", MAX_GRAPH_BYTES)
+        .map_err(|e| store_error(&e))?;
+    program_of(&bytes).map_err(|e| {
+        store_error(&StoreError::Corrupt {
+            path: run.dir().entry_path("graph.json"),
+            problem: e.to_string(),
+        })
+    })
+}
+
+/// The `program` of `graph.json` bytes: typed when it reads as a program, else generic.
+fn program_of(bytes: &[u8]) -> Result<GraphProgram, serde_json::Error> {
+    if let Ok(graph) = serde_json::from_slice::<TypedGraph>(bytes) {
+        return Ok(GraphProgram::Typed(graph.program));
+    }
+    let mut graph: serde_json::Value = serde_json::from_slice(bytes)?;
+    Ok(GraphProgram::Generic(
+        graph.get_mut("program").map(serde_json::Value::take),
+    ))
+}
+
+/// The status document of a current-format run, borrowing everything it shows. Members are
+/// in alphabetical order, as the generic JSON map this replaced printed them.
+#[derive(Serialize)]
+struct StatusDocument<'a> {
+    command_exits: Option<&'a BTreeMap<String, i64>>,
+    completions: Option<&'a BTreeMap<String, Completion>>,
+    graph_digest: &'a str,
+    hook_failures: Option<&'a Vec<HookFailureRecord>>,
+    lifecycle: Option<Lifecycle>,
+    manifest: &'a RunManifest,
+    needs_recovery: &'a [String],
+    nodes: Option<&'a BTreeMap<String, Task>>,
+    outcome: Option<Outcome>,
+    outputs: Option<&'a BTreeMap<String, Data>>,
+    owner_alive: Option<bool>,
+    permission_mode: Option<&'a rho_policy::PermissionMode>,
+    program: &'a GraphProgram,
+    program_digest: &'a str,
+    state: Option<&'a State>,
+}
+
+fn status_document<'a>(
+    inspection: &'a Inspection,
+    manifest: &'a RunManifest,
+    program: &'a GraphProgram,
+) -> StatusDocument<'a> {
+    let state = inspection.state.as_ref();
+    let root = state.map(State::root);
+    StatusDocument {
+        command_exits: root.map(|r| &r.command_exits),
+        completions: root.map(|r| &r.completions),
+        graph_digest: &manifest.graph_digest,
+        hook_failures: state.map(|s| &s.hook_failures),
+        lifecycle: inspection.effective_lifecycle(),
+        manifest,
+        needs_recovery: &inspection.uncertain,
+        nodes: root.map(|r| &r.tasks),
+        outcome: root.and_then(|r| r.result.as_ref()).map(|r| r.outcome),
+        outputs: root.map(|r| &r.outputs),
+        owner_alive: state
+            .and_then(|s| s.owner.as_ref())
+            .map(|_| !inspection.owner_dead),
+        permission_mode: manifest.policy.as_ref().map(|p| &p.permission_mode),
+        program,
+        program_digest: &manifest.program_digest,
+        state,
     }
 }
 
@@ -242,4 +331,53 @@ fn status_text(id: &str, run_dir: &std::path::Path, inspection: &Inspection) -> 
         );
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::workflow::scheduler::tests::{command_node, program};
+    use rho_ipc::program::SchedulerSettings;
+
+    fn sample() -> FrozenProgram {
+        program(
+            vec![command_node("a", &[]), command_node("b", &["a"])],
+            SchedulerSettings {
+                max_parallel_nodes: 2,
+                max_parallel_agents: 1,
+                max_parallel_commands: 1,
+            },
+        )
+    }
+
+    #[test]
+    fn typed_program_shows_as_the_stored_json() {
+        let program = sample();
+        let graph = serde_json::to_vec(&json!({
+            "program": program,
+            "program_digest": "sha256:00",
+            "graph_digest": "sha256:11",
+        }))
+        .unwrap();
+        let read = program_of(&graph).unwrap();
+        assert!(matches!(read, GraphProgram::Typed(_)));
+        let stored: serde_json::Value = serde_json::from_slice(&graph).unwrap();
+        assert_eq!(serde_json::to_value(&read).unwrap(), stored["program"]);
+    }
+
+    #[test]
+    fn a_program_the_typed_reader_refuses_is_shown_as_stored() {
+        let read = program_of(br#"{"program": {"name": "old", "nodes": 3}}"#).unwrap();
+        assert!(matches!(read, GraphProgram::Generic(Some(_))));
+        assert_eq!(
+            serde_json::to_value(&read).unwrap(),
+            json!({"name": "old", "nodes": 3})
+        );
+        let none = program_of(br#"{"other": 1}"#).unwrap();
+        assert_eq!(
+            serde_json::to_value(&none).unwrap(),
+            serde_json::Value::Null
+        );
+        assert!(program_of(b"{not json").is_err());
+    }
 }
