@@ -11,6 +11,7 @@
 //! problem in the sources or inputs becomes a [`Diagnostic`](rho_ipc::message::Diagnostic)
 //! (never a panic or an abort); only a broken conversation is an `Err`.
 
+mod allocator;
 mod builtins;
 mod convert;
 mod engine;
@@ -59,6 +60,7 @@ pub fn evaluate<L>(request: &PlanRequest, mut loader: L) -> Result<PlanResponse,
 where
     L: FnMut(ModuleRequest) -> Result<ModuleResponse, DslError>,
 {
+    allocator::tune_for_evaluation();
     std::thread::scope(|scope| {
         let (to_host, from_evaluator) = mpsc::channel::<ModuleRequest>();
         let (to_evaluator, from_host) = mpsc::channel::<Result<ModuleResponse, DslError>>();
