@@ -91,8 +91,14 @@ impl<'c, 'h> Engine<'c, 'h> {
         }
     }
 
-    /// Evaluates the entry module and returns the workflow it defines.
-    pub(crate) fn run(&mut self, request: &PlanRequest) -> Result<EvaluatedWorkflow, Stop> {
+    /// Evaluates the entry module and hands the workflow it defines to `finish`, before the
+    /// module, its heap and the evaluator are torn down (the answer does not wait for that).
+    /// `finish` is called at most once, and only when the result is `Ok`.
+    pub(crate) fn run(
+        &mut self,
+        request: &PlanRequest,
+        finish: &mut dyn FnMut(EvaluatedWorkflow),
+    ) -> Result<(), Stop> {
         self.check_supplied_inputs(&request.inputs)?;
         let label = request.entry_label.clone();
         self.modules = 1;
@@ -125,10 +131,12 @@ impl<'c, 'h> Engine<'c, 'h> {
                 )
                 .into());
             };
-            engine.build_workflow(eval, value, &request.inputs, workflow_site)
+            let workflow = engine.build_workflow(eval, value, &request.inputs, workflow_site)?;
+            finish(workflow);
+            Ok(())
         });
         self.in_progress.pop();
-        result.map(|(workflow, _)| workflow)
+        result.map(|((), _)| ())
     }
 
     fn build_workflow<'v>(
