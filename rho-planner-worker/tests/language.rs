@@ -898,6 +898,22 @@ fn huge_string_repeat_is_a_string_budget_error() {
 }
 
 #[test]
+fn size_guards_apply_in_a_module_loaded_by_an_entry_without_operators() {
+    // The entry has no `+` or `*` at all (its rewrite is skipped); the loaded module has one,
+    // and its repeat must still be bounded.
+    let entry_source = "load(\"//lib/bomb.star\", \"x\")\nWORKFLOW = x\n";
+    let run = run_with(
+        entry_source,
+        &[],
+        &[("//lib/bomb.star", "x = 'a' * 1000000000\n")],
+        Budgets::default(),
+    );
+    let d = diagnostic(run.response);
+    assert_budget(&d, "string_bytes", 1_000_000);
+    assert_eq!(d.measured(), 1_000_000_000);
+}
+
+#[test]
 fn power_operator_is_not_starlark() {
     // `10**9` is Python; Starlark rejects it before anything is allocated.
     assert_eq!(diagnostic(run("x = 'a' * 10**9\n")).code, "syntax");

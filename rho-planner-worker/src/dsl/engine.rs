@@ -225,11 +225,16 @@ impl<'c, 'h> Engine<'c, 'h> {
                     .into(),
             );
         }
+        // Binary `+` and `*` come only from those bytes; without either there is nothing to
+        // rewrite, and the rewrite (a full pass that moves every expression node) is skipped.
+        let rewrite = source.bytes().any(|b| b == b'+' || b == b'*');
         let mut ast = AstModule::parse(label, source, &self.dialect).map_err(|e| {
             let span = e.span().map(source_span);
             Fault::new("syntax", e.without_diagnostic().to_string()).or_at(span)
         })?;
-        ast.replace_binary_operators(&builtins::operator_rewrites());
+        if rewrite {
+            ast.replace_binary_operators(&builtins::operator_rewrites());
+        }
         Ok(ast)
     }
 
