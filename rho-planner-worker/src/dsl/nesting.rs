@@ -24,11 +24,76 @@ pub(crate) struct NestingReport {
 /// budget while still bounding pathological chains of thousands of operators.
 const OPERATORS_PER_LEVEL: u64 = 8;
 
-/// One open bracket level.
-#[derive(Debug, Clone, Copy, Default)]
-struct Level {
-    /// Binary operators, dots, calls and subscripts seen since the last separator.
-    links: u64,
+/// The open bracket levels (index 0 is the statement level outside any bracket), each with
+/// the binary operators, dots, calls and subscripts seen since its last separator.
+///
+/// The depth the links add, the sum over levels of `links / OPERATORS_PER_LEVEL` rounded
+/// up, is kept up to date as links change, so measuring costs O(1) per byte instead of a
+/// walk over every open level.
+#[derive(Debug)]
+struct Levels {
+    links: Vec<u64>,
+    link_depth: u64,
+}
+
+impl Levels {
+    fn new() -> Self {
+        Levels {
+            links: vec![0],
+            link_depth: 0,
+        }
+    }
+
+    /// Open brackets.
+    fn brackets(&self) -> u64 {
+        (self.links.len() - 1) as u64
+    }
+
+    fn outside_brackets(&self) -> bool {
+        self.links.len() == 1
+    }
+
+    fn push(&mut self) {
+        self.links.push(0);
+    }
+
+    /// Closes the innermost bracket (never the statement level).
+    fn pop(&mut self) {
+        if self.links.len() > 1
+            && let Some(links) = self.links.pop()
+        {
+            self.link_depth -= links.div_ceil(OPERATORS_PER_LEVEL);
+        }
+    }
+
+    /// One more link on the innermost level.
+    fn bump(&mut self) {
+        if let Some(top) = self.links.last_mut() {
+            if *top % OPERATORS_PER_LEVEL == 0 {
+                self.link_depth += 1;
+            }
+            *top += 1;
+        }
+    }
+
+    /// A separator on the innermost level.
+    fn reset_top(&mut self) {
+        if let Some(top) = self.links.last_mut() {
+            self.link_depth -= top.div_ceil(OPERATORS_PER_LEVEL);
+            *top = 0;
+        }
+    }
+
+    fn link_depth(&self) -> u64 {
+        debug_assert_eq!(
+            self.link_depth,
+            self.links
+                .iter()
+                .map(|l| l.div_ceil(OPERATORS_PER_LEVEL))
+                .sum::<u64>()
+        );
+        self.link_depth
+    }
 }
 
 /// Measures the nesting of `source`; `limit` only decides where `first_over` points.
@@ -39,8 +104,7 @@ pub(crate) fn measure(source: &str, limit: u64) -> NestingReport {
         first_over: None,
     };
 
-    // Bracket levels; index 0 is the statement level outside any bracket.
-    let mut levels: Vec<Level> = vec![Level::default()];
+    let mut levels = Levels::new();
     // Indentation widths of the open blocks.
     let mut indents: Vec<usize> = Vec::new();
     let mut unary_run: u64 = 0;
@@ -55,7 +119,7 @@ pub(crate) fn measure(source: &str, limit: u64) -> NestingReport {
     while i < bytes.len() {
         let b = bytes[i];
 
-        if at_line_start && levels.len() == 1 {
+        if at_line_start && levels.outside_brackets() {
             at_line_start = false;
             let mut width = 0usize;
             let mut j = i;
@@ -80,9 +144,9 @@ pub(crate) fn measure(source: &str, limit: u64) -> NestingReport {
             b'\n' => {
                 line += 1;
                 line_start = i + 1;
-                if levels.len() == 1 {
+                if levels.outside_brackets() {
                     at_line_start = true;
-                    levels[0] = Level::default();
+                    levels.reset_top();
                     after_operand = false;
                 }
                 unary_run = 0;
@@ -104,23 +168,19 @@ pub(crate) fn measure(source: &str, limit: u64) -> NestingReport {
             b'(' | b'[' | b'{' => {
                 // A call or subscript also nests the tree once more than the bracket alone.
                 if after_operand {
-                    bump_links(&mut levels);
+                    levels.bump();
                 }
-                levels.push(Level::default());
+                levels.push();
                 after_operand = false;
                 unary_run = 0;
             }
             b')' | b']' | b'}' => {
-                if levels.len() > 1 {
-                    levels.pop();
-                }
+                levels.pop();
                 after_operand = true;
                 unary_run = 0;
             }
             b',' | b';' | b':' | b'=' if !is_comparison_eq(bytes, i) => {
-                if let Some(top) = levels.last_mut() {
-                    top.links = 0;
-                }
+                levels.reset_top();
                 after_operand = false;
                 unary_run = 0;
             }
@@ -130,7 +190,7 @@ pub(crate) fn measure(source: &str, limit: u64) -> NestingReport {
             b'+' | b'-' | b'*' | b'/' | b'%' | b'|' | b'&' | b'^' | b'<' | b'>' | b'!' | b'='
             | b'.' => {
                 // `.5` style numbers are not Starlark; a dot is always an attribute link.
-                bump_links(&mut levels);
+                levels.bump();
                 after_operand = false;
                 unary_run = 0;
             }
@@ -146,7 +206,7 @@ pub(crate) fn measure(source: &str, limit: u64) -> NestingReport {
                         after_operand = false;
                     }
                     b"and" | b"or" | b"if" | b"else" | b"in" | b"is" | b"for" => {
-                        bump_links(&mut levels);
+                        levels.bump();
                         after_operand = false;
                         unary_run = 0;
                     }
@@ -191,12 +251,6 @@ pub(crate) fn measure(source: &str, limit: u64) -> NestingReport {
     report
 }
 
-fn bump_links(levels: &mut [Level]) {
-    if let Some(top) = levels.last_mut() {
-        top.links += 1;
-    }
-}
-
 /// `==`, `!=`, `<=`, `>=`: the `=` belongs to a comparison, not an assignment.
 fn is_comparison_eq(bytes: &[u8], i: usize) -> bool {
     if bytes[i] != b'=' {
@@ -207,13 +261,8 @@ fn is_comparison_eq(bytes: &[u8], i: usize) -> bool {
     matches!(prev, Some(b'=' | b'!' | b'<' | b'>')) || next == Some(b'=')
 }
 
-fn depth(levels: &[Level], indents: &[usize], unary_run: u64) -> u64 {
-    let brackets = (levels.len() - 1) as u64;
-    let links: u64 = levels
-        .iter()
-        .map(|l| l.links.div_ceil(OPERATORS_PER_LEVEL))
-        .sum();
-    brackets + indents.len() as u64 + unary_run + links
+fn depth(levels: &Levels, indents: &[usize], unary_run: u64) -> u64 {
+    levels.brackets() + indents.len() as u64 + unary_run + levels.link_depth()
 }
 
 fn record(report: &mut NestingReport, depth: u64, limit: u64, line: u32, column0: usize) {
