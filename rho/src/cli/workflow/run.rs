@@ -230,7 +230,6 @@ pub struct Progress {
     mode: PermissionMode,
     mode_source: String,
     total: usize,
-    done: usize,
     started: Instant,
     last_draw: Option<Instant>,
 }
@@ -262,7 +261,6 @@ impl Progress {
             mode,
             mode_source,
             total,
-            done: 0,
             started: Instant::now(),
             last_draw: None,
         }
@@ -308,6 +306,14 @@ impl Progress {
         {
             return;
         }
+        // Counted here, on a throttled redraw, rather than on every journal event: a
+        // per-event walk of all tasks would make the owner's cost grow with the run.
+        let done = state
+            .root()
+            .tasks
+            .values()
+            .filter(|t| t.state.is_terminal())
+            .count();
         let running: Vec<&str> = state
             .root()
             .tasks
@@ -320,7 +326,7 @@ impl Progress {
         let _ = write!(
             out,
             "\r\x1b[2K[{}/{}] {:.1}s running: {}",
-            self.done,
+            done,
             self.total,
             self.started.elapsed().as_secs_f64(),
             if running.is_empty() {
@@ -422,6 +428,10 @@ impl Progress {
 }
 
 impl ProgressSink for Progress {
+    fn tick(&mut self, state: &State) {
+        self.draw(state, false);
+    }
+
     fn created(&mut self, run_id: &str) {
         run_id.clone_into(&mut self.run_id);
         if let Ok(home) = crate::paths::RhoHome::from_env() {
@@ -440,13 +450,6 @@ impl ProgressSink for Progress {
         reason = "one arm per journal event reads best"
     )]
     fn event(&mut self, event: &Event, state: &State) {
-        let terminal_count = state
-            .root()
-            .tasks
-            .values()
-            .filter(|t| t.state.is_terminal())
-            .count();
-        self.done = terminal_count;
         let text = self.format == ProgressOutput::Text;
         match &event.kind {
             EventKind::LifecycleChanged { lifecycle } => {

@@ -43,6 +43,9 @@ pub trait ProgressSink {
     fn created(&mut self, _run_id: &str) {}
     /// One record, with the state after it.
     fn event(&mut self, event: &Event, state: &State);
+    /// Called while the owner waits (about every 50 ms), so a live view can keep its clock
+    /// and its list of running nodes current between records.
+    fn tick(&mut self, _state: &State) {}
 }
 
 /// A sink that ignores progress.

@@ -220,7 +220,9 @@ impl<'p> Owner<'p> {
             }
             match self.rx.recv_timeout(POLL) {
                 Ok(msg) => self.handle(msg)?,
-                Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => {}
+                Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => {
+                    self.progress.tick(&self.state);
+                }
             }
         }
     }
