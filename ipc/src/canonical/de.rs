@@ -1,11 +1,13 @@
-//! The direct deserializer: typed values read straight from canonical bytes that the strict
-//! checker has already accepted, without the intermediate value trees that
-//! [`from_value`](super::from_value) goes through.
+//! The direct deserializer: typed values read straight from canonical bytes, without the
+//! intermediate value trees that [`from_value`](super::from_value) goes through.
 //!
-//! Invariant: the input has passed [`check`](super::decode::check) before a [`Reader`] sees
-//! it, so every head is well formed, every length fits and nesting is bounded by
-//! [`MAX_DEPTH`](super::MAX_DEPTH); the reader still bounds-checks every read and answers
-//! malformed input with an error, never a panic. The serde mapping and the error messages
+//! Invariant: every item the [`Reader`] reads is held to the rules of
+//! [`check`](super::decode::check) as it is read (shortest heads, definite lengths, no
+//! floats, tags or other simple values, valid UTF-8, keys strictly ascending, nesting within
+//! [`MAX_DEPTH`]), and any deviation is an error, never a panic. Bytes passed over without
+//! those checks (entries a visitor left unread) mark the reader [`Reader::unchecked`], and
+//! its caller then runs the full check; on any error the caller runs the full check too, so
+//! canonical-form errors keep their exact shape and precedence. The serde mapping and the error messages
 //! are those of ciborium's value deserializer (`is_human_readable` false, `null` for `None`
 //! and `()`, enums as text or a one-entry map, "invalid type: ..., expected ..." wording),
 //! so `from_canonical_bytes` accepts and refuses exactly what `from_value(decode(..))` does.
@@ -14,6 +16,7 @@ use std::fmt;
 
 use serde::de::{self, DeserializeSeed, Deserializer as _, Unexpected, Visitor};
 
+use super::MAX_DEPTH;
 use super::encode::{MAJOR_ARRAY, MAJOR_BYTES, MAJOR_MAP, MAJOR_NEGATIVE, MAJOR_TEXT};
 
 const MAJOR_SIMPLE: u8 = 7;
@@ -90,15 +93,29 @@ fn integer_unexpected(negative: bool, argument: u64) -> Unexpected<'static> {
         .map_or(Unexpected::Other("large integer"), Unexpected::Signed)
 }
 
-/// Reads typed values from checked canonical bytes.
+/// Reads typed values from canonical bytes, checking each item it reads.
 pub(crate) struct Reader<'de> {
     input: &'de [u8],
     pos: usize,
+    /// Arrays and maps enclosing the next item.
+    depth: usize,
+    /// Whether some bytes were skipped without the canonical checks.
+    unchecked: bool,
 }
 
 impl<'de> Reader<'de> {
     pub(crate) fn new(input: &'de [u8]) -> Self {
-        Reader { input, pos: 0 }
+        Reader {
+            input,
+            pos: 0,
+            depth: 0,
+            unchecked: false,
+        }
+    }
+
+    /// Whether every byte of the input was read, each under the canonical checks.
+    pub(crate) fn read_all_checked(&self) -> bool {
+        self.pos == self.input.len() && !self.unchecked
     }
 
     fn take(&mut self, count: usize) -> Result<&'de [u8], DeError> {
@@ -112,21 +129,33 @@ impl<'de> Reader<'de> {
         Ok(bytes)
     }
 
-    /// Reads a head (and a string's content).
+    /// Reads a head (and a string's content), refusing anything that is not canonical.
     fn item(&mut self) -> Result<Item<'de>, DeError> {
         let at = self.pos;
         let initial = *self.input.get(at).ok_or_else(|| malformed(at))?;
         self.pos += 1;
         let major = initial >> 5;
         let info = initial & 0x1f;
+        let be = |bytes: &[u8]| bytes.iter().fold(0, |n, &b| n << 8 | u64::from(b));
         let argument = match info {
             0..=23 => u64::from(info),
-            24 => u64::from(self.take(1)?[0]),
-            25 => self.take(2)?.iter().fold(0, |n, &b| n << 8 | u64::from(b)),
-            26 => self.take(4)?.iter().fold(0, |n, &b| n << 8 | u64::from(b)),
-            27 => self.take(8)?.iter().fold(0, |n, &b| n << 8 | u64::from(b)),
+            24 if major != MAJOR_SIMPLE => u64::from(self.take(1)?[0]),
+            25 if major != MAJOR_SIMPLE => be(self.take(2)?),
+            26 if major != MAJOR_SIMPLE => be(self.take(4)?),
+            27 if major != MAJOR_SIMPLE => be(self.take(8)?),
             _ => return Err(malformed(at)),
         };
+        // The argument must not fit a shorter head (its bytes were read above).
+        let shortest = match info {
+            24 => self.input[at + 1] >= 24,
+            25 => self.input[at + 1] != 0,
+            26 => self.input[at + 1..at + 3] != [0, 0],
+            27 => self.input[at + 1..at + 5] != [0, 0, 0, 0],
+            _ => true,
+        };
+        if !shortest {
+            return Err(malformed(at));
+        }
         let len = || usize::try_from(argument).map_err(|_| malformed(at));
         Ok(match major {
             0 => Item::Integer(false, argument),
@@ -155,8 +184,12 @@ impl<'de> Reader<'de> {
         item
     }
 
-    /// Skips `count` whole items.
+    /// Skips `count` whole items (without the key-order and depth checks: the caller must
+    /// check the whole input).
     fn skip(&mut self, mut count: usize) -> Result<(), DeError> {
+        if count > 0 {
+            self.unchecked = true;
+        }
         while count > 0 {
             count -= 1;
             match self.item()? {
@@ -185,25 +218,40 @@ impl<'de> Reader<'de> {
         }
     }
 
+    /// Enters an array or map whose head was just read.
+    fn enter(&mut self) -> Result<(), DeError> {
+        if self.depth >= MAX_DEPTH {
+            return Err(DeError(format!("nesting deeper than {MAX_DEPTH}")));
+        }
+        self.depth += 1;
+        Ok(())
+    }
+
     fn seq<V: Visitor<'de>>(&mut self, len: usize, visitor: V) -> Result<V::Value, DeError> {
+        self.enter()?;
         let mut access = Access {
             reader: self,
             left: len,
+            previous_key: None,
         };
         let value = visitor.visit_seq(&mut access)?;
         let left = access.left;
         self.skip(left)?;
+        self.depth -= 1;
         Ok(value)
     }
 
     fn map<V: Visitor<'de>>(&mut self, len: usize, visitor: V) -> Result<V::Value, DeError> {
+        self.enter()?;
         let mut access = Access {
             reader: self,
             left: len.saturating_mul(2),
+            previous_key: None,
         };
         let value = visitor.visit_map(&mut access)?;
         let left = access.left;
         self.skip(left)?;
+        self.depth -= 1;
         Ok(value)
     }
 }
@@ -403,7 +451,12 @@ impl<'de> de::Deserializer<'de> for &mut Reader<'de> {
         }
         let at = self.pos;
         match self.item()? {
-            Item::Map(1) => visitor.visit_enum(EntryEnum { reader: self }),
+            Item::Map(1) => {
+                self.enter()?;
+                let value = visitor.visit_enum(EntryEnum { reader: &mut *self })?;
+                self.depth -= 1;
+                Ok(value)
+            }
             Item::Text(_) => {
                 self.pos = at;
                 visitor.visit_enum(TextEnum { reader: self })
@@ -431,6 +484,8 @@ struct Access<'a, 'de> {
     reader: &'a mut Reader<'de>,
     /// Items not yet read (a map counts keys and values).
     left: usize,
+    /// Where the previous key's bytes lie (each key must sort after it).
+    previous_key: Option<(usize, usize)>,
 }
 
 impl<'de> de::SeqAccess<'de> for Access<'_, 'de> {
@@ -463,7 +518,17 @@ impl<'de> de::MapAccess<'de> for Access<'_, 'de> {
             return Ok(None);
         }
         self.left -= 1;
-        seed.deserialize(&mut *self.reader).map(Some)
+        let start = self.reader.pos;
+        let key = seed.deserialize(&mut *self.reader)?;
+        let end = self.reader.pos;
+        let input = self.reader.input;
+        if let Some((previous_start, previous_end)) = self.previous_key
+            && input[start..end] <= input[previous_start..previous_end]
+        {
+            return Err(malformed(start));
+        }
+        self.previous_key = Some((start, end));
+        Ok(Some(key))
     }
 
     fn next_value_seed<V: DeserializeSeed<'de>>(&mut self, seed: V) -> Result<V::Value, DeError> {

@@ -51,14 +51,26 @@ pub fn from_value<T: DeserializeOwned>(value: Value) -> Result<T, CanonicalError
 
 /// Strictly decodes canonical CBOR bytes and deserializes a `T` from them.
 ///
-/// The whole input is checked for canonical form first, so a non-canonical input is
-/// refused as such even where its shape would not fit `T` either.
+/// A non-canonical input is refused as such (with the error [`decode`](super::decode)
+/// gives) even where its shape would not fit `T` either. The reader checks canonical form
+/// as it goes; the separate full check runs only when the typed read failed or left bytes
+/// unchecked.
 pub fn from_canonical_bytes<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, CanonicalError> {
-    super::decode::check(bytes)?;
-    T::deserialize(&mut de::Reader::new(bytes)).map_err(|error| CanonicalError::Deserialize {
-        type_name: std::any::type_name::<T>(),
-        message: error.0,
-    })
+    let mut reader = de::Reader::new(bytes);
+    match T::deserialize(&mut reader) {
+        Ok(value) if reader.read_all_checked() => Ok(value),
+        Ok(value) => {
+            super::decode::check(bytes)?;
+            Ok(value)
+        }
+        Err(error) => {
+            super::decode::check(bytes)?;
+            Err(CanonicalError::Deserialize {
+                type_name: std::any::type_name::<T>(),
+                message: error.0,
+            })
+        }
+    }
 }
 
 fn message(error: CiboriumError) -> String {
@@ -387,6 +399,41 @@ mod tests {
                 offset: 7,
                 value: 1
             })
+        ));
+    }
+
+    #[test]
+    fn typed_reads_refuse_every_non_canonical_form_like_decode() {
+        #[derive(Debug, PartialEq, Deserialize)]
+        struct Small {
+            a: u8,
+        }
+        fn refused<T: DeserializeOwned + std::fmt::Debug + PartialEq>(bytes: &[u8]) {
+            let expected = decode(bytes).expect_err("the input is not canonical");
+            assert_eq!(from_canonical_bytes::<T>(bytes), Err(expected));
+            same_reading::<T>(bytes);
+        }
+        // {"b": 1, "a": 2}: keys out of order; {"a": 1, "a": 2}: duplicate.
+        refused::<BTreeMap<String, i64>>(&[0xa2, 0x61, b'b', 1, 0x61, b'a', 2]);
+        refused::<BTreeMap<String, i64>>(&[0xa2, 0x61, b'a', 1, 0x61, b'a', 2]);
+        // A non-shortest integer in a field the struct skips unread.
+        refused::<Small>(&[0xa2, 0x61, b'a', 1, 0x61, b'z', 0x18, 0x01]);
+        // Tags, floats, undefined, trailing bytes, indefinite lengths.
+        refused::<i64>(&[0xc1, 0x00]);
+        refused::<Data>(&[0x82, 0x01, 0xf9, 0x3c, 0x00]);
+        refused::<Data>(&[0xf7]);
+        refused::<u8>(&[0x01, 0x00]);
+        refused::<Vec<u8>>(&[0x9f, 0x01, 0xff]);
+        refused::<u16>(&[0x19, 0x00, 0xff]);
+        refused::<u64>(&[0x1b, 0, 0, 0, 0, 0xff, 0xff, 0xff, 0xff]);
+        // Nesting one deeper than the limit.
+        let mut deep = vec![0x81; MAX_DEPTH];
+        deep.push(0x80);
+        refused::<Data>(&deep);
+        // A shape error in canonical bytes stays a shape error.
+        assert!(matches!(
+            from_canonical_bytes::<Small>(&[0xa1, 0x61, b'a', 0x19, 0x01, 0x00]),
+            Err(CanonicalError::Deserialize { .. })
         ));
     }
 
