@@ -14,8 +14,10 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::budget::{BudgetOverrun, Budgets};
+use crate::canonical;
 use crate::data::Data;
 use crate::evaluated::{EvaluatedWorkflow, SourceSpan};
+use crate::frame::{self, FrameError};
 
 /// The protocol version of this build.
 pub const PROTOCOL_VERSION: u32 = 1;
@@ -38,6 +40,45 @@ impl<T> Envelope<T> {
             message,
         }
     }
+}
+
+/// Only the version of an envelope, for when its message does not decode: a peer of another
+/// protocol version may send messages this build cannot read, and the mismatch is the error
+/// to report, not the undecodable payload.
+#[derive(Deserialize)]
+struct VersionHeader {
+    protocol_version: u32,
+    #[serde(rename = "message")]
+    _message: serde::de::IgnoredAny,
+}
+
+/// Reads one framed [`Envelope`] and returns its message after checking the protocol
+/// version; a peer of another version gets [`FrameError::VersionMismatch`] even when its
+/// message has a shape this build does not know.
+pub fn read_envelope<R: std::io::Read, T: serde::de::DeserializeOwned>(
+    r: &mut R,
+) -> Result<T, FrameError> {
+    let payload = frame::read_frame(r)?;
+    match canonical::from_canonical_bytes::<Envelope<T>>(&payload) {
+        Ok(envelope) => {
+            frame::check_version(PROTOCOL_VERSION, envelope.protocol_version)?;
+            Ok(envelope.message)
+        }
+        Err(error) => {
+            if let Ok(header) = canonical::from_canonical_bytes::<VersionHeader>(&payload) {
+                frame::check_version(PROTOCOL_VERSION, header.protocol_version)?;
+            }
+            Err(error.into())
+        }
+    }
+}
+
+/// Writes `message` as one framed [`Envelope`] of this build's protocol version.
+pub fn write_envelope<W: std::io::Write, T: Serialize>(
+    w: &mut W,
+    message: T,
+) -> Result<(), FrameError> {
+    frame::write_message(w, &Envelope::new(message))
 }
 
 /// Messages from the worker.
@@ -249,4 +290,63 @@ pub struct ProbeResult {
     pub environment_len: Option<u64>,
     /// Open descriptors above 2 (for `Inspect`).
     pub open_fds_above_2: Vec<i32>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A message of a future protocol version, with a shape this build does not know.
+    #[derive(Serialize)]
+    enum FutureMessage {
+        Teleport { to: String },
+    }
+
+    fn frame_of<T: Serialize>(value: &T) -> Vec<u8> {
+        let mut buf = Vec::new();
+        frame::write_message(&mut buf, value).unwrap();
+        buf
+    }
+
+    #[test]
+    fn a_future_version_with_an_unknown_message_is_a_version_mismatch() {
+        let bytes = frame_of(&Envelope {
+            protocol_version: PROTOCOL_VERSION + 1,
+            message: FutureMessage::Teleport { to: "mars".into() },
+        });
+        let err = read_envelope::<_, HostMessage>(&mut bytes.as_slice()).unwrap_err();
+        assert!(
+            matches!(err, FrameError::VersionMismatch { expected, got }
+                if expected == PROTOCOL_VERSION && got == PROTOCOL_VERSION + 1),
+            "{err:?}"
+        );
+    }
+
+    #[test]
+    fn a_future_version_with_a_known_message_is_a_version_mismatch() {
+        let bytes = frame_of(&Envelope {
+            protocol_version: PROTOCOL_VERSION + 1,
+            message: HostMessage::Probe(SandboxProbe::Fork),
+        });
+        let err = read_envelope::<_, HostMessage>(&mut bytes.as_slice()).unwrap_err();
+        assert!(matches!(err, FrameError::VersionMismatch { .. }), "{err:?}");
+    }
+
+    #[test]
+    fn an_unknown_message_of_our_version_is_a_payload_error() {
+        let bytes = frame_of(&Envelope {
+            protocol_version: PROTOCOL_VERSION,
+            message: FutureMessage::Teleport { to: "mars".into() },
+        });
+        let err = read_envelope::<_, HostMessage>(&mut bytes.as_slice()).unwrap_err();
+        assert!(matches!(err, FrameError::Payload(_)), "{err:?}");
+    }
+
+    #[test]
+    fn envelopes_round_trip() {
+        let mut buf = Vec::new();
+        write_envelope(&mut buf, HostMessage::Probe(SandboxProbe::Socket)).unwrap();
+        let message: HostMessage = read_envelope(&mut buf.as_slice()).unwrap();
+        assert_eq!(message, HostMessage::Probe(SandboxProbe::Socket));
+    }
 }

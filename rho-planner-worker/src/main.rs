@@ -9,6 +9,16 @@ use rho_ipc::frame::write_message;
 use rho_ipc::message::{Envelope, WorkerMessage};
 use rho_planner_worker::{sandbox, session};
 
+/// Writes one line to stderr without panicking: with `RLIMIT_FSIZE` at zero a write to a
+/// regular file fails (EFBIG), and `eprintln!` would turn that into a panic that hides the
+/// message. The host always gives the worker a pipe; by hand, stderr may be a file.
+macro_rules! complain {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr().lock(), $($arg)*);
+    }};
+}
+
 /// Exit status: the command line is invalid (nothing was hardened or sent).
 const EXIT_USAGE: u8 = 2;
 /// Exit status: a required protection is missing; the report says which.
@@ -22,7 +32,7 @@ fn main() -> ExitCode {
     let args = match sandbox::parse_args(std::env::args_os().skip(1)) {
         Ok(args) => args,
         Err(error) => {
-            eprintln!("rho-planner-worker: {}", error.chain());
+            complain!("rho-planner-worker: {}", error.chain());
             return ExitCode::from(EXIT_USAGE);
         }
     };
@@ -33,17 +43,17 @@ fn main() -> ExitCode {
         &mut stdout,
         &Envelope::new(WorkerMessage::Hardening(report)),
     ) {
-        eprintln!("rho-planner-worker: cannot send the hardening report: {error}");
+        complain!("rho-planner-worker: cannot send the hardening report: {error}");
         return ExitCode::from(EXIT_REPORT_FAILED);
     }
     if let Some(reason) = refused {
-        eprintln!("rho-planner-worker: refusing to evaluate: {reason}");
+        complain!("rho-planner-worker: refusing to evaluate: {reason}");
         return ExitCode::from(EXIT_REFUSED);
     }
     match session::serve(std::io::stdin().lock(), stdout) {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
-            eprintln!("rho-planner-worker: {}", error_chain(&error));
+            complain!("rho-planner-worker: {}", error_chain(&error));
             ExitCode::from(EXIT_SESSION_FAILED)
         }
     }

@@ -6,8 +6,8 @@
 
 use std::io::{Read, Write};
 
-use rho_ipc::frame::{FrameError, check_version, read_message, write_message};
-use rho_ipc::message::{Envelope, HostMessage, ModuleResponse, PROTOCOL_VERSION, WorkerMessage};
+use rho_ipc::frame::{FrameError, write_message};
+use rho_ipc::message::{Envelope, HostMessage, ModuleResponse, WorkerMessage};
 
 use crate::dsl::{self, DslError};
 
@@ -40,9 +40,7 @@ fn kind(message: &HostMessage) -> &'static str {
 }
 
 fn read_host<R: Read>(input: &mut R) -> Result<HostMessage, FrameError> {
-    let envelope: Envelope<HostMessage> = read_message(input)?;
-    check_version(PROTOCOL_VERSION, envelope.protocol_version)?;
-    Ok(envelope.message)
+    rho_ipc::message::read_envelope(input)
 }
 
 /// Serves one conversation: reads the first host message and answers it.

@@ -21,10 +21,8 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 use rho_ipc::budget::{BudgetOverrun, Budgets};
-use rho_ipc::frame::{FrameError, read_message, write_message};
-use rho_ipc::message::{
-    Envelope, HardeningReport, HostMessage, PROTOCOL_VERSION, SandboxMode, WorkerMessage,
-};
+use rho_ipc::frame::{FrameError, write_message};
+use rho_ipc::message::{Envelope, HardeningReport, HostMessage, SandboxMode, WorkerMessage};
 
 /// The worker executable's file name.
 pub const WORKER_NAME: &str = "rho-planner-worker";
@@ -327,11 +325,10 @@ impl Conversation {
 
     /// Receives one message.
     pub fn receive(&mut self) -> Result<WorkerMessage, WorkerError> {
-        match read_message::<_, Envelope<WorkerMessage>>(&mut self.stdout) {
-            Ok(envelope) if envelope.protocol_version == PROTOCOL_VERSION => Ok(envelope.message),
-            Ok(envelope) => Err(self.fail_protocol(format!(
-                "protocol version mismatch: expected {PROTOCOL_VERSION}, got {}",
-                envelope.protocol_version
+        match rho_ipc::message::read_envelope::<_, WorkerMessage>(&mut self.stdout) {
+            Ok(message) => Ok(message),
+            Err(FrameError::VersionMismatch { expected, got }) => Err(self.fail_protocol(format!(
+                "protocol version mismatch: rho speaks {expected}, the worker {got}"
             ))),
             Err(FrameError::Closed) => {
                 Err(self.fail_after_eof("the worker closed its output without an answer"))
