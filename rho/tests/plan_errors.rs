@@ -345,3 +345,81 @@ fn repeated_input_key_is_a_usage_error() {
     );
     assert_eq!(env.store_snapshot(), before);
 }
+
+/// Sources that exhaust the worker's address space in one native operation: the worker
+/// aborts (or panics) on the failed allocation and the host reports the budget, exit 2.
+#[test]
+fn a_worker_out_of_address_space_is_a_budget_error() {
+    let env = env_with_plan();
+    for (i, body) in [
+        "    s = \"a\" * 1000\n    s *= 1000000\n",
+        "    l = [1]\n    for i in range(40):\n        l += l\n",
+        "    x = \",\".join([\"a\" * 999999] * 9000)\n",
+        "    x = sorted(range(100000000))\n",
+    ]
+    .iter()
+    .enumerate()
+    {
+        let file = format!("oom{i}.star");
+        env.write(
+            &file,
+            &format!(
+                "def f():\n{body}    return 1\n\ndef build(inputs):\n    f()\n    return workflow(name = \"wf\", nodes = [])\n\nWORKFLOW = define(inputs = {{}}, build = build)\n"
+            ),
+        );
+        let stderr = assert_invalid(
+            &env,
+            &file,
+            &[
+                "planning budget planner_address_space_bytes exceeded: accepted limit 1073741824, requested or measured ",
+                "address space",
+            ],
+        );
+        assert!(!stderr.contains("planner worker failed"), "{stderr}");
+    }
+}
+
+/// A fake worker that dies by `signal` after writing `stderr` (before any frame).
+fn dying_worker(env: &mut Env, stderr: &str, signal: &str) {
+    use std::os::unix::fs::PermissionsExt as _;
+    let fake = env.write(
+        "fake-worker.sh",
+        &format!("#!/bin/sh\nprintf '%s\\n' '{stderr}' >&2\nkill -{signal} $$\n"),
+    );
+    std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
+    env.vars
+        .push(("RHO_PLANNER_WORKER".to_owned(), fake.display().to_string()));
+}
+
+#[test]
+fn a_worker_killed_by_its_cpu_limit_is_the_wall_time_budget() {
+    let mut env = env_with_plan();
+    env.config("[budgets]\nplanner_wall_ms = 1500\n");
+    dying_worker(&mut env, "busy", "XCPU");
+    assert_invalid(
+        &env,
+        "ok.star",
+        &[
+            "planning budget planner_wall_ms exceeded: accepted limit 1500, requested or measured 4000",
+            "CPU-time limit of 4 s, derived from planner_wall_ms",
+            "SIGXCPU",
+        ],
+    );
+}
+
+#[test]
+fn a_worker_aborting_for_another_reason_stays_an_operational_error() {
+    let mut env = env_with_plan();
+    dying_worker(&mut env, "assertion failed: frames are ordered", "ABRT");
+    let before = env.store_snapshot();
+    let run = env.rho(&["workflow", "plan", "ok.star"]);
+    assert_eq!(run.code, 1, "{}", run.stderr);
+    assert!(
+        run.stderr.contains("planner worker failed")
+            && run.stderr.contains("SIGABRT")
+            && run.stderr.contains("assertion failed: frames are ordered"),
+        "{}",
+        run.stderr
+    );
+    assert_eq!(env.store_snapshot(), before);
+}

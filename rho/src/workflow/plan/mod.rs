@@ -91,7 +91,9 @@ impl PlanError {
                 | PlanError::Config(_)
                 | PlanError::UnknownBudget { .. }
                 | PlanError::Worker(
-                    WorkerError::WallTime { .. } | WorkerError::BadSandboxSetting { .. }
+                    WorkerError::WallTime { .. }
+                        | WorkerError::Resource { .. }
+                        | WorkerError::BadSandboxSetting { .. }
                 )
         )
     }
@@ -103,6 +105,11 @@ impl PlanError {
             PlanError::Invalid { diagnostics } => diagnostics.clone(),
             PlanError::Worker(WorkerError::WallTime { overrun }) => {
                 vec![Diagnostic::budget(overrun.clone())]
+            }
+            PlanError::Worker(error @ WorkerError::Resource { overrun, .. }) => {
+                let mut diagnostic = Diagnostic::budget(overrun.clone());
+                diagnostic.message = error.to_string();
+                vec![diagnostic]
             }
             other => vec![Diagnostic::new(
                 if other.is_invalid() {

@@ -84,6 +84,16 @@ pub enum WorkerError {
         /// The overrun (`planner_wall_ms`, limit, measured milliseconds).
         overrun: BudgetOverrun,
     },
+    /// The worker ran out of a resource the kernel limits for it (its address space, derived
+    /// from `planner_address_space_bytes`, or its CPU time, derived from `planner_wall_ms`):
+    /// a planning budget overrun caused by the workflow, not a machine fault.
+    #[error("{overrun} ({note})")]
+    Resource {
+        /// The budget the kernel limit was derived from, its limit and what was requested.
+        overrun: BudgetOverrun,
+        /// Which kernel limit was hit and how the worker ended.
+        note: String,
+    },
     /// The worker died, closed its output early or sent something that is not a valid frame.
     #[error("planner worker failed: {what}{}", stderr_section(stderr_tail))]
     Failed {
@@ -119,6 +129,11 @@ pub struct WorkerCommand {
     pub wall_ms: u64,
     /// `RLIMIT_AS` for the worker.
     pub address_space_bytes: u64,
+}
+
+/// The worker's `RLIMIT_CPU` soft limit in seconds for a wall-time budget.
+fn cpu_seconds(wall_ms: u64) -> u64 {
+    wall_ms.div_ceil(1000).max(1) + CPU_MARGIN_SECONDS
 }
 
 impl WorkerCommand {
@@ -166,10 +181,7 @@ impl WorkerCommand {
             "--address-space-bytes={}",
             self.address_space_bytes.max(1)
         ));
-        args.push(format!(
-            "--cpu-seconds={}",
-            self.wall_ms.div_ceil(1000).max(1) + CPU_MARGIN_SECONDS
-        ));
+        args.push(format!("--cpu-seconds={}", cpu_seconds(self.wall_ms)));
         args.push(format!("--parent-pid={}", std::process::id()));
         args
     }
@@ -225,6 +237,7 @@ pub struct Conversation {
     watchdog: Watchdog,
     started: Instant,
     wall_ms: u64,
+    address_space_bytes: u64,
     reaped: Option<ExitStatus>,
 }
 
@@ -278,6 +291,7 @@ impl Conversation {
             watchdog,
             started,
             wall_ms: command.wall_ms,
+            address_space_bytes: command.address_space_bytes,
             reaped: None,
         };
         let report = match conversation.receive()? {
@@ -377,10 +391,19 @@ impl Conversation {
         if self.watchdog.fired() {
             return self.wall_time();
         }
-        let status = self
-            .reaped
-            .map_or_else(|| "its exit status is unknown".to_owned(), describe_status);
-        self.failure(format!("{what}; {status}"))
+        let Some(reaped) = self.reaped else {
+            return self.failure(format!("{what}; its exit status is unknown"));
+        };
+        let tail = self.stderr_tail();
+        if let Some(resource) =
+            resource_exhaustion(reaped, &tail, self.address_space_bytes, self.wall_ms)
+        {
+            return resource;
+        }
+        WorkerError::Failed {
+            what: format!("{what}; {}", describe_status(reaped)),
+            stderr_tail: tail,
+        }
     }
 
     fn fail_protocol(&mut self, problem: String) -> WorkerError {
@@ -450,6 +473,79 @@ fn drain_tail(mut stderr: std::process::ChildStderr) -> VecDeque<u8> {
     tail
 }
 
+/// Recognizes a worker that died of a kernel resource limit: an aborted allocation under
+/// `RLIMIT_AS` (Rust's allocation-failure handler prints `memory allocation of N bytes
+/// failed` and aborts; a bump allocator panics with `out of memory`) or `SIGXCPU` from
+/// `RLIMIT_CPU`. Anything else is left to the caller as an operational failure.
+fn resource_exhaustion(
+    status: ExitStatus,
+    stderr_tail: &[String],
+    address_space_bytes: u64,
+    wall_ms: u64,
+) -> Option<WorkerError> {
+    if status.signal() == Some(Signal::SIGXCPU as i32) {
+        let cpu = cpu_seconds(wall_ms);
+        return Some(WorkerError::Resource {
+            overrun: BudgetOverrun {
+                name: "planner_wall_ms".to_owned(),
+                limit: wall_ms,
+                measured: cpu.saturating_mul(1000),
+            },
+            note: format!(
+                "the worker used up its CPU-time limit of {cpu} s, derived from planner_wall_ms, \
+                 and the kernel killed it with SIGXCPU"
+            ),
+        });
+    }
+    let failed_allocation = stderr_tail.iter().find_map(|line| allocation_failure(line));
+    let panicked_oom = stderr_tail
+        .iter()
+        .position(|l| l.contains("panicked at"))
+        .is_some_and(|at| {
+            stderr_tail[at..]
+                .iter()
+                .any(|l| l.trim() == "out of memory")
+        });
+    let aborted = status.signal() == Some(Signal::SIGABRT as i32);
+    let exited_with_error = status.code().is_some_and(|c| c != 0);
+    if !(aborted || exited_with_error) {
+        return None;
+    }
+    let requested = match failed_allocation {
+        Some(size) => size,
+        None if panicked_oom => None,
+        None => return None,
+    };
+    let how = if aborted {
+        "aborted (SIGABRT)".to_owned()
+    } else {
+        describe_status(status).replacen("the worker ", "", 1)
+    };
+    let what = requested.map_or_else(
+        || "an allocation failed".to_owned(),
+        |n| format!("an allocation of {n} more bytes failed"),
+    );
+    Some(WorkerError::Resource {
+        overrun: BudgetOverrun {
+            name: "planner_address_space_bytes".to_owned(),
+            limit: address_space_bytes,
+            measured: requested.unwrap_or(address_space_bytes),
+        },
+        note: format!(
+            "the planner worker's address space (RLIMIT_AS, set from \
+             planner_address_space_bytes) ran out: {what} and the worker {how}"
+        ),
+    })
+}
+
+/// `Some(Some(N))` for `memory allocation of N bytes failed`, `Some(None)` when the size does
+/// not parse, `None` for any other line.
+fn allocation_failure(line: &str) -> Option<Option<u64>> {
+    let rest = line.trim().strip_prefix("memory allocation of ")?;
+    let (bytes, tail) = rest.split_once(' ')?;
+    (tail == "bytes failed").then(|| bytes.parse().ok())
+}
+
 /// `exit status 3`, `killed by signal SIGSEGV (core dumped)`.
 pub fn describe_status(status: ExitStatus) -> String {
     if let Some(code) = status.code() {
@@ -482,4 +578,92 @@ fn kind_of(message: &WorkerMessage) -> &'static str {
 /// The name of a message kind, for protocol errors elsewhere in planning.
 pub fn message_kind(message: &WorkerMessage) -> &'static str {
     kind_of(message)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::process::ExitStatusExt as _;
+
+    use super::*;
+
+    fn lines(text: &[&str]) -> Vec<String> {
+        text.iter().map(|l| (*l).to_owned()).collect()
+    }
+
+    fn killed_by(signal: Signal) -> ExitStatus {
+        ExitStatus::from_raw(signal as i32)
+    }
+
+    fn exited(code: i32) -> ExitStatus {
+        ExitStatus::from_raw(code << 8)
+    }
+
+    #[test]
+    fn an_aborted_allocation_is_the_address_space_budget() {
+        let tail = lines(&[
+            "memory allocation of 1000000000 bytes failed",
+            "note: run with `RUST_BACKTRACE=1` environment variable to display a backtrace",
+        ]);
+        let err = resource_exhaustion(killed_by(Signal::SIGABRT), &tail, 1 << 30, 10_000).unwrap();
+        let WorkerError::Resource { overrun, note } = &err else {
+            panic!("{err}")
+        };
+        assert_eq!(overrun.name, "planner_address_space_bytes");
+        assert_eq!((overrun.limit, overrun.measured), (1 << 30, 1_000_000_000));
+        assert!(
+            note.contains("address space") && note.contains("SIGABRT"),
+            "{note}"
+        );
+        assert!(err.to_string().starts_with(
+            "planning budget planner_address_space_bytes exceeded: accepted limit 1073741824, \
+             requested or measured 1000000000 ("
+        ));
+    }
+
+    #[test]
+    fn an_out_of_memory_panic_measures_the_limit() {
+        let tail = lines(&[
+            "thread '<unnamed>' panicked at bumpalo/src/lib.rs:2479:5:",
+            "out of memory",
+            "rho-planner-worker: evaluation failed: the evaluation thread panicked",
+        ]);
+        let err = resource_exhaustion(exited(1), &tail, 4096, 10_000).unwrap();
+        let WorkerError::Resource { overrun, .. } = &err else {
+            panic!("{err}")
+        };
+        assert_eq!((overrun.limit, overrun.measured), (4096, 4096));
+    }
+
+    #[test]
+    fn sigxcpu_is_the_wall_time_budget_through_the_cpu_limit() {
+        let err = resource_exhaustion(killed_by(Signal::SIGXCPU), &[], 1 << 30, 1500).unwrap();
+        let WorkerError::Resource { overrun, note } = &err else {
+            panic!("{err}")
+        };
+        assert_eq!(overrun.name, "planner_wall_ms");
+        assert_eq!((overrun.limit, overrun.measured), (1500, 4000));
+        assert!(
+            note.contains("CPU-time limit of 4 s") && note.contains("SIGXCPU"),
+            "{note}"
+        );
+    }
+
+    #[test]
+    fn other_deaths_stay_operational() {
+        let alloc = lines(&["memory allocation of 12 bytes failed"]);
+        assert!(resource_exhaustion(killed_by(Signal::SIGSEGV), &alloc, 1, 1).is_none());
+        assert!(resource_exhaustion(killed_by(Signal::SIGABRT), &[], 1, 1).is_none());
+        assert!(resource_exhaustion(killed_by(Signal::SIGKILL), &[], 1, 1).is_none());
+        assert!(resource_exhaustion(exited(0), &alloc, 1, 1).is_none());
+        let panic = lines(&[
+            "thread 'main' panicked at src/x.rs:1:1:",
+            "index out of bounds",
+        ]);
+        assert!(resource_exhaustion(exited(101), &panic, 1, 1).is_none());
+        assert_eq!(
+            allocation_failure("memory allocation of x bytes failed"),
+            Some(None)
+        );
+        assert_eq!(allocation_failure("memory allocation of 7 bytes"), None);
+    }
 }
