@@ -7,8 +7,8 @@ use std::path::Path;
 
 use rho::agents::{
     AgentError, BindRequest, BoundAgent, BoundModel, BoundRuntime, Catalog, CatalogEntry,
-    ClaudeLaunch, HostCapabilities, Invocation, ModelPolicy, Reasoning, SourceLevel, bind,
-    fingerprint, is_read_only, load_definition_text, to_agent_setup,
+    ClaudeLaunch, HostCapabilities, Invocation, ModelPolicy, Reasoning, SourceLevel,
+    WithheldReason, bind, fingerprint, is_read_only, load_definition_text, to_agent_setup,
 };
 use rho::config::Config;
 use rho_ipc::program::{AgentRuntime, AgentSource};
@@ -104,6 +104,14 @@ fn caps(bound: &BoundAgent) -> Vec<&str> {
     }
 }
 
+fn withheld(bound: &BoundAgent) -> Vec<(&str, WithheldReason)> {
+    bound
+        .withheld()
+        .iter()
+        .map(|w| (w.name.as_str(), w.reason))
+        .collect()
+}
+
 fn claude(bound: &BoundAgent) -> &ClaudeLaunch {
     match &bound.runtime {
         BoundRuntime::Claude(c) => c,
@@ -121,11 +129,29 @@ fn args(launch: &ClaudeLaunch, prompt_file: &str) -> Vec<String> {
 
 #[test]
 fn requested_tools_are_intersected_with_the_host_set() {
+    let request = "---\ndescription: d\ntools: [read_file, grep, write_file]\n---\n";
     let ctx = Ctx::new(&ALL_HOST);
-    let bound = ctx
-        .bind("---\ndescription: d\ntools: [read_file, grep, write_file]\n---\n")
-        .unwrap();
+    let bound = ctx.bind(request).unwrap();
     assert_eq!(caps(&bound), ["grep", "read_file", "write_file"]);
+    assert_eq!(withheld(&bound), []);
+
+    // A host that withholds write_file: the intersection drops it and records it.
+    let narrow = Ctx::new(&["grep", "read_file", "bash"]);
+    let bound = narrow.bind(request).unwrap();
+    assert_eq!(caps(&bound), ["grep", "read_file"]);
+    assert_eq!(
+        withheld(&bound),
+        [("write_file", WithheldReason::NotSupplied)]
+    );
+    assert_eq!(
+        bound.withheld()[0].to_string(),
+        "write_file (not supplied by this host)"
+    );
+    // Nothing left at all is still a binding: the agent simply holds no tools.
+    let none = Ctx::new(&[]);
+    let bound = none.bind(request).unwrap();
+    assert!(caps(&bound).is_empty());
+    assert_eq!(bound.withheld().len(), 3);
 }
 
 #[test]
@@ -152,6 +178,17 @@ fn delegated_agents_never_receive_agent_or_agents() {
         .bind("---\ndescription: d\ntools: [agent, agents, read_file]\n---\n")
         .unwrap();
     assert_eq!(caps(&bound), ["read_file"]);
+    assert_eq!(
+        withheld(&bound),
+        [
+            ("agent", WithheldReason::Delegation),
+            ("agents", WithheldReason::Delegation)
+        ]
+    );
+    assert_eq!(
+        bound.withheld()[0].to_string(),
+        "agent (delegated agents cannot delegate further)"
+    );
     // Even when the host does not supply them, listing them is not an error for a delegate.
     let narrow = Ctx::new(&["read_file"]);
     let bound = narrow
@@ -165,36 +202,58 @@ fn delegated_agents_never_receive_agent_or_agents() {
         .bind("---\ndescription: d\ntools: [agent, read_file]\n---\n")
         .unwrap();
     assert_eq!(caps(&bound), ["agent", "read_file"]);
+    assert_eq!(withheld(&bound), []);
+    // `tools: all` records nothing: it asks for what the host supplies, not for names.
+    let bound = ctx.bind("---\ndescription: d\n---\n").unwrap();
+    assert_eq!(withheld(&bound), []);
 }
 
 #[test]
-fn unsupplied_and_unknown_tools_fail_binding_by_name() {
+fn unknown_tools_fail_binding_by_name_and_withheld_ones_do_not() {
     let ctx = Ctx::new(&["read_file", "grep"]);
     let err = ctx
-        .bind("---\ndescription: d\ntools: [read_file, bash, my_ext]\n---\n")
+        .bind("---\ndescription: d\ntools: [read_file, bash, my_ext, other_ext]\n---\n")
         .unwrap_err();
     match &err {
-        AgentError::ToolsUnavailable {
+        AgentError::UnknownTools {
             agent,
-            missing,
-            available,
+            unknown,
+            extensions,
         } => {
             assert_eq!(agent, "probe");
-            assert_eq!(missing, &["bash", "my_ext"]);
-            assert_eq!(available, &["grep", "read_file"]);
+            // `bash` is a Rho capability the host withholds: not unknown.
+            assert_eq!(unknown, &["my_ext", "other_ext"]);
+            assert!(extensions.is_empty());
         }
         other => panic!("{other:?}"),
     }
     assert_eq!(
         err.to_string(),
-        "agent `probe`: tools not available from this host: bash, my_ext; available: grep, read_file"
+        "agent `probe`: unknown tools my_ext, other_ext: not Rho capabilities, and not \
+         extensions this host supplies (extensions supplied: none)"
     );
-    // An extension capability binds when the host supplies it.
+    // Without the unknown names the same request binds, bash withheld.
+    let bound = ctx
+        .bind("---\ndescription: d\ntools: [read_file, bash]\n---\n")
+        .unwrap();
+    assert_eq!(caps(&bound), ["read_file"]);
+    assert_eq!(withheld(&bound), [("bash", WithheldReason::NotSupplied)]);
+
+    // An extension capability binds when the host supplies it, and the error lists the
+    // extensions that are supplied.
     let ext = Ctx::new(&["read_file", "my_ext"]);
     let bound = ext
         .bind("---\ndescription: d\ntools: [my_ext]\n---\n")
         .unwrap();
     assert_eq!(caps(&bound), ["my_ext"]);
+    let err = ext
+        .bind("---\ndescription: d\ntools: [my_ext, their_ext]\n---\n")
+        .unwrap_err();
+    assert!(
+        err.to_string()
+            .ends_with("unknown tools their_ext: not Rho capabilities, and not extensions this host supplies (extensions supplied: my_ext)"),
+        "{err}"
+    );
 }
 
 #[cfg(unix)]
@@ -206,14 +265,17 @@ fn shell_resolves_to_bash_when_the_host_has_it() {
         .unwrap();
     assert_eq!(caps(&bound), ["bash", "read_file"]);
 
+    // Without bash, `shell` is withheld under the name the definition used.
     let no_bash = Ctx::new(&["read_file", "shell"]);
-    let err = no_bash
+    let bound = no_bash
         .bind("---\ndescription: d\ntools: [shell]\n---\n")
-        .unwrap_err();
-    let AgentError::ToolsUnavailable { missing, .. } = &err else {
-        panic!("{err:?}")
-    };
-    assert_eq!(missing, &["shell (resolves to bash)"]);
+        .unwrap();
+    assert!(caps(&bound).is_empty());
+    assert_eq!(withheld(&bound), [("shell", WithheldReason::NotSupplied)]);
+    assert_eq!(
+        bound.withheld()[0].to_string(),
+        "shell (resolves to bash, which this host does not supply)"
+    );
 }
 
 #[test]
@@ -279,6 +341,56 @@ fn unknown_alias_and_provider_fail_binding_by_name() {
 }
 
 #[test]
+fn an_alias_with_a_provider_must_agree_with_it() {
+    let ctx = Ctx::new(&ALL_HOST);
+    let bound = ctx
+        .bind("---\ndescription: d\nmodel-policy: prefer\nmodel: @deep\nprovider: local\n---\n")
+        .unwrap();
+    let BoundRuntime::Rho(rho) = &bound.runtime else {
+        panic!()
+    };
+    assert_eq!(
+        rho.model,
+        BoundModel::Pinned {
+            policy: ModelPolicy::Prefer,
+            provider: Some("local".into()),
+            model: "qwen3-coder".into(),
+            alias: Some("deep".into()),
+        }
+    );
+    let err = ctx
+        .bind("---\ndescription: d\nmodel: @fast\nprovider: local\n---\n")
+        .unwrap_err();
+    match &err {
+        AgentError::AliasProviderMismatch {
+            alias,
+            alias_provider,
+            provider,
+            ..
+        } => {
+            assert_eq!(
+                (alias.as_str(), alias_provider.as_str(), provider.as_str()),
+                ("fast", "openai", "local")
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(
+        err.to_string(),
+        "agent `probe`: model alias `@fast` resolves to provider `openai` in /h/config.toml, but \
+         the definition sets provider `local`; make them agree or drop `provider`"
+    );
+    // A provider that is not configured at all cannot agree with any alias either.
+    let err = ctx
+        .bind("---\ndescription: d\nmodel: @fast\nprovider: azure\n---\n")
+        .unwrap_err();
+    assert!(
+        matches!(&err, AgentError::AliasProviderMismatch { provider, .. } if provider == "azure"),
+        "{err:?}"
+    );
+}
+
+#[test]
 fn read_only_rule() {
     let ctx = Ctx::new(&ALL_HOST);
     let cases = [
@@ -311,6 +423,15 @@ fn read_only_rule() {
         .bind("---\ndescription: d\ntools: [read_file, my_ext]\n---\n")
         .unwrap();
     assert!(!is_read_only(&bound));
+    // The rule judges the bound set: a mutating tool the host withholds does not count.
+    let no_shell = Ctx::new(&["read_file", "grep"]);
+    let bound = no_shell
+        .bind("---\ndescription: d\ntools: [read_file, bash, write_file]\n---\n")
+        .unwrap();
+    assert!(is_read_only(&bound));
+    let setup = to_agent_setup(&bound);
+    assert!(setup.read_only);
+    assert_eq!(setup.capabilities, ["read_file"]);
     // claude-cli is never read-only, even with reading tools only.
     let bound = ctx
         .bind("---\ndescription: d\nruntime: claude-cli\ntools: [Read]\n---\n")
@@ -347,6 +468,14 @@ fn claude_flags_follow_the_definition() {
         .unwrap();
     let launch = claude(&bound);
     assert_eq!(launch.prompt_file_contents(), Some("Plan first."));
+    // Nested Task entries stay disallowed, and the binding says so.
+    assert_eq!(
+        withheld(&bound),
+        [
+            ("Task", WithheldReason::Delegation),
+            ("Task(x)", WithheldReason::Delegation)
+        ]
+    );
     assert_eq!(
         args(launch, "/runs/abc/system-prompt.md"),
         [
@@ -503,20 +632,37 @@ fn agent_setup_records_the_frozen_binding() {
 
 #[test]
 fn bound_capabilities_never_exceed_the_host_set() {
-    // Every built-in capability name, requested against every prefix of a host set.
+    // Every built-in capability name, requested against every prefix of a host set: each
+    // listed name is either granted (as itself, or `shell` as the platform shell) or withheld.
     let host_names: Vec<&str> = rho::agents::definition::RHO_CAPABILITIES.to_vec();
     let request = format!(
         "---\ndescription: d\ntools: [{}]\n---\n",
         host_names.join(", ")
     );
-    for n in 0..=host_names.len() {
-        let ctx = Ctx::new(&host_names[..n]);
-        let host: BTreeSet<&str> = host_names[..n].iter().copied().collect();
-        for text in [request.as_str(), "---\ndescription: d\n---\n"] {
-            if let Ok(bound) = ctx.bind(text) {
+    for invocation in [Invocation::Delegated, Invocation::Root] {
+        for n in 0..=host_names.len() {
+            let mut ctx = Ctx::new(&host_names[..n]);
+            ctx.invocation = invocation;
+            let host: BTreeSet<&str> = host_names[..n].iter().copied().collect();
+            for text in [request.as_str(), "---\ndescription: d\n---\n"] {
+                let bound = ctx.bind(text).unwrap();
                 assert!(
                     caps(&bound).iter().all(|c| host.contains(c)),
                     "host {host:?}"
+                );
+            }
+            let bound = ctx.bind(&request).unwrap();
+            let granted = caps(&bound);
+            let held: Vec<&str> = bound.withheld().iter().map(|w| w.name.as_str()).collect();
+            for name in &host_names {
+                let concrete = if *name == "shell" {
+                    rho::agents::PLATFORM_SHELL
+                } else {
+                    name
+                };
+                assert!(
+                    granted.contains(&concrete) != held.contains(name),
+                    "{name}: granted {granted:?}, withheld {held:?}"
                 );
             }
         }

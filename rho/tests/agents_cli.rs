@@ -109,7 +109,8 @@ fn validate_reports_each_file() {
         ],
         &[],
     );
-    assert_eq!(out.status.code(), Some(2));
+    // An unreadable file leaves the check incomplete: operational (1) wins over invalid (2).
+    assert_eq!(out.status.code(), Some(1));
     assert!(stdout(&out).starts_with(&format!("ok {} ", good.display())));
     let err = stderr(&out);
     let lines: Vec<&str> = err.lines().collect();
@@ -123,7 +124,61 @@ fn validate_reports_each_file() {
         "{err}"
     );
     assert!(lines[2].starts_with("cannot read missing.md"), "{err}");
-    assert_eq!(lines[3], "2 of 3 definition file(s) invalid");
+    assert_eq!(
+        lines[3],
+        "1 of 3 definition file(s) invalid, 1 of 3 definition file(s) unreadable"
+    );
+}
+
+#[test]
+fn validate_exit_codes_separate_io_from_invalid() {
+    let env = Env::new();
+    // A missing file is an I/O problem: exit 1.
+    let out = env.rho(&["agents", "validate", "nonexist.md"], &[]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert_eq!(stdout(&out), "");
+    let err = stderr(&out);
+    assert!(err.starts_with("error: cannot read nonexist.md: "), "{err}");
+    assert!(
+        err.ends_with("1 of 1 definition file(s) unreadable\n"),
+        "{err}"
+    );
+    // An unreadable one too.
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt as _;
+        let locked = write(&env.workspace, "locked.md", "---\ndescription: d\n---\n");
+        fs::set_permissions(&locked, fs::Permissions::from_mode(0o000)).unwrap();
+        // Root reads through permissions; only check when the file really is unreadable.
+        if fs::read(&locked).is_err() {
+            let out = env.rho(&["agents", "validate", "locked.md"], &[]);
+            assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+            assert!(stderr(&out).contains("cannot read locked.md"));
+        }
+    }
+    // A file that reads but breaks a rule is invalid: exit 2, every problem listed.
+    write(
+        &env.workspace,
+        "bad.md",
+        "---\ndescription:\nreasoning: [low]\ncolour: red\n---\n",
+    );
+    let out = env.rho(&["agents", "validate", "bad.md"], &[]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    let err = stderr(&out);
+    let lines: Vec<&str> = err.lines().collect();
+    assert_eq!(lines.len(), 4, "{err}");
+    assert!(
+        lines[0].starts_with("error: bad.md:2: description: missing value"),
+        "{err}"
+    );
+    assert!(lines[0].contains("1-1024 characters"), "{err}");
+    assert!(lines[1].starts_with("bad.md:3: reasoning: "), "{err}");
+    assert!(lines[1].contains("allowed: off | minimal | low"), "{err}");
+    assert!(
+        lines[2].starts_with("bad.md:4: colour: unknown key"),
+        "{err}"
+    );
+    assert_eq!(lines[3], "1 of 1 definition file(s) invalid");
 }
 
 #[test]
@@ -278,6 +333,83 @@ fn list_workflow_dir_takes_precedence() {
     assert_eq!(reviewer["source"], "workflow");
     assert_eq!(reviewer["reasoning"], "max");
     assert_eq!(reviewer["overrides"][0]["source"], "builtin");
+}
+
+#[test]
+fn list_json_shows_what_a_workflow_binding_withholds() {
+    let env = Env::new();
+    let other_shell = if cfg!(windows) { "bash" } else { "powershell" };
+    write(
+        &env.rho_home.join("agents"),
+        "narrow.md",
+        &format!("---\ndescription: n\ntools: [read_file, {other_shell}, agent]\n---\n"),
+    );
+    write(
+        &env.rho_home.join("agents"),
+        "ext.md",
+        "---\ndescription: e\ntools: [read_file, my_ext]\n---\n",
+    );
+    write(
+        &env.rho_home.join("agents"),
+        "planner.md",
+        "---\ndescription: p\nruntime: claude-cli\ntools: [Read, \"Bash()\", Task]\n---\n",
+    );
+    let out = env.rho(&["agents", "list", "--json"], &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let doc: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    let agent = |id: &str| {
+        doc["agents"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|a| a["id"] == id)
+            .unwrap()
+            .clone()
+    };
+    assert_eq!(
+        agent("narrow")["workflow_binding"],
+        serde_json::json!({
+            "tools": ["read_file"],
+            "withheld": [
+                {"name": other_shell, "reason": "not-supplied"},
+                {"name": "agent", "reason": "delegation"},
+            ],
+            "error": null,
+        })
+    );
+    let ext = agent("ext")["workflow_binding"].clone();
+    assert_eq!(ext["tools"], serde_json::Value::Null);
+    assert!(
+        ext["error"]
+            .as_str()
+            .unwrap()
+            .contains("unknown tools my_ext"),
+        "{ext}"
+    );
+    assert_eq!(
+        agent("planner")["workflow_binding"],
+        serde_json::json!({
+            "tools": ["Read", "Bash()"],
+            "withheld": [{"name": "Task", "reason": "delegation"}],
+            "error": null,
+        })
+    );
+    let explorer = agent("explorer")["workflow_binding"].clone();
+    assert_eq!(
+        explorer["tools"],
+        serde_json::json!(["glob", "grep", "list_dir", "read_file"])
+    );
+    assert_eq!(explorer["withheld"], serde_json::json!([]));
+    // `tools: all` gets the host set without delegation.
+    let default = agent("default")["workflow_binding"]["tools"].clone();
+    assert!(
+        default
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|t| t != "agent" && t != "agents"),
+        "{default}"
+    );
 }
 
 #[test]

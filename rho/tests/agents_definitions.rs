@@ -162,7 +162,23 @@ fn cases() -> Vec<Case> {
             "",
             2,
             "description",
-            "empty",
+            "needs 1-1024 characters",
+        ),
+        bad(
+            "description without a value",
+            "description:",
+            "",
+            2,
+            "description",
+            "missing value: `description` needs 1-1024 characters",
+        ),
+        bad(
+            "id without a value",
+            "id:\ndescription: d",
+            "",
+            2,
+            "id",
+            "missing value: `id` needs 1-64 characters",
         ),
         bad(
             "blank description",
@@ -315,6 +331,14 @@ fn cases() -> Vec<Case> {
             "off | minimal",
         ),
         bad(
+            "reasoning as a list",
+            "description: d\nreasoning: [low]",
+            "",
+            3,
+            "reasoning",
+            "not a list; allowed: off | minimal | low | medium | high | xhigh | max",
+        ),
+        bad(
             "reasoning read as a boolean",
             "description: d\nreasoning: false",
             "",
@@ -415,13 +439,16 @@ fn cases() -> Vec<Case> {
             "model",
             "alias name",
         ),
-        bad(
+        // The binder checks that the alias resolves to this provider (agents_binder.rs).
+        ok(
             "rho: @alias with provider",
             "description: d\nmodel: @fast\nprovider: p",
             "",
-            4,
-            "provider",
-            "alias names its provider",
+        ),
+        ok(
+            "rho: prefer with @alias and provider",
+            "description: d\nmodel-policy: prefer\nmodel: @fast\nprovider: openai",
+            "",
         ),
         // --- rho reasoning ---------------------------------------------------------------------
         ok("rho: reasoning off", "description: d\nreasoning: off", ""),
@@ -711,7 +738,28 @@ fn cases() -> Vec<Case> {
             "",
             4,
             "tools",
-            "not available on runtime: claude-cli",
+            "`tools: all` is not allowed on runtime claude-cli",
+        ),
+        bad(
+            "claude: all inside a list",
+            "description: d\nruntime: claude-cli\ntools: [Read, all]",
+            "",
+            4,
+            "tools",
+            "`all` in the list: `tools: all` is not allowed on runtime claude-cli",
+        ),
+        bad(
+            "claude: reasoning as a list",
+            "description: d\nruntime: claude-cli\nreasoning: [high]",
+            "",
+            4,
+            "reasoning",
+            "not a list; allowed: low | medium | high | xhigh | max",
+        ),
+        ok(
+            "claude: empty specifier",
+            "description: d\nruntime: claude-cli\ntools: [Bash(), \"Edit()\"]",
+            "",
         ),
         bad(
             "claude: Rho capability names",
@@ -719,7 +767,7 @@ fn cases() -> Vec<Case> {
             "",
             4,
             "tools",
-            "Rho capability",
+            "`read_file` is a Rho capability name",
         ),
         bad(
             "claude: mixed vocabularies",
@@ -800,7 +848,7 @@ fn cases() -> Vec<Case> {
             "",
             3,
             "tools",
-            "missing value",
+            "missing value: `tools` needs `all` or a list",
         ),
         bad(
             "trailing comment",
@@ -940,4 +988,135 @@ fn every_problem_of_a_file_is_reported() {
     assert!(lines[0].starts_with("/x/a.md:2: id: "));
     assert!(lines[1].starts_with("/x/a.md:4: reasoning: "));
     assert!(lines[2].starts_with("/x/a.md:5: color: "));
+}
+
+/// The diagnostics of `text` as `(line, key)` pairs and the full rendered error.
+fn problems(text: &str) -> (Vec<(usize, Option<String>)>, String) {
+    match load_definition_text(Path::new("/x/a.md"), text).unwrap_err() {
+        AgentError::Invalid { diagnostics, file } => {
+            assert_eq!(file, Path::new("/x/a.md"));
+            let rendered = AgentError::Invalid {
+                diagnostics: diagnostics.clone(),
+                file,
+            }
+            .to_string();
+            (
+                diagnostics.into_iter().map(|d| (d.line, d.key)).collect(),
+                rendered,
+            )
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn syntax_errors_do_not_hide_the_other_problems() {
+    let text = doc(
+        "id: Bad\ndescription: d # note\nruntime: claude-cli\n  model: opus\n\
+         reasoning: [low]\ntools: [read_file, Read, grep, all, \"Bash(a, b)\"]\ncolour: red # x",
+        "",
+    );
+    let (found, rendered) = problems(&text);
+    let key = |k: &str| Some(k.to_owned());
+    assert_eq!(
+        found,
+        [
+            (2, key("id")),
+            (3, key("description")),
+            (5, key("model")),
+            (6, key("reasoning")),
+            (7, key("tools")),
+            (7, key("tools")),
+            (7, key("tools")),
+            (7, key("tools")),
+            (8, key("colour")),
+            (8, key("colour")),
+        ],
+        "{rendered}"
+    );
+    // Every line names the file, the line and the key.
+    for line in rendered.lines() {
+        assert!(line.starts_with("/x/a.md:"), "{line}");
+        assert!(line.split(": ").count() >= 3, "{line}");
+    }
+    // The description has a syntax error, so it is not also reported as missing.
+    assert!(!rendered.contains("is required"), "{rendered}");
+    assert!(
+        rendered.contains("`read_file` is a Rho capability name"),
+        "{rendered}"
+    );
+    assert!(
+        rendered.contains("`grep` is a Rho capability name"),
+        "{rendered}"
+    );
+    assert!(
+        rendered.contains("`tools: all` is not allowed"),
+        "{rendered}"
+    );
+    assert!(rendered.contains("commas"), "{rendered}");
+    assert!(
+        rendered.contains("allowed: low | medium | high | xhigh | max"),
+        "{rendered}"
+    );
+    assert!(rendered.contains("colour: unknown key"), "{rendered}");
+    assert!(!rendered.contains("`all` is a Rho"), "{rendered}");
+}
+
+#[test]
+fn five_problems_give_five_diagnostics() {
+    let text = doc(
+        "id: a b\ndescription:\nprompt: [extend]\n\tmodel: m\ntools: [read.file]",
+        "",
+    );
+    let (found, rendered) = problems(&text);
+    let lines: Vec<usize> = found.iter().map(|(l, _)| *l).collect();
+    assert_eq!(lines, [2, 3, 4, 5, 6], "{rendered}");
+    assert!(found.iter().all(|(_, k)| k.is_some()), "{rendered}");
+}
+
+#[test]
+fn an_unusable_value_is_reported_once() {
+    // A wrong type is not also reported as a missing required field.
+    let (found, rendered) = problems(&doc("description: true", ""));
+    assert_eq!(found, [(2, Some("description".to_owned()))], "{rendered}");
+    // An unusable runtime skips the runtime-specific rules instead of guessing `rho`.
+    let (found, rendered) = problems(&doc("description: d\nruntime: docker\ntools: [Read]", ""));
+    assert_eq!(found, [(3, Some("runtime".to_owned()))], "{rendered}");
+    // An unusable model-policy skips the model combinations.
+    let (found, rendered) = problems(&doc(
+        "description: d\nmodel-policy: sometimes\nprovider: p",
+        "",
+    ));
+    assert_eq!(found, [(3, Some("model-policy".to_owned()))], "{rendered}");
+}
+
+#[test]
+fn every_bad_entry_of_a_tool_list_is_reported() {
+    let (found, rendered) = problems(&doc(
+        "description: d\nruntime: claude-cli\ntools: [read_file, write_file, \"Re ad\", Read, Read]",
+        "",
+    ));
+    assert_eq!(found.len(), 4, "{rendered}");
+    for needle in [
+        "mixes Rho and Claude tool names: `read_file`",
+        "mixes Rho and Claude tool names: `write_file`",
+        "`Re ad`",
+        "`Read` is listed twice",
+    ] {
+        assert!(rendered.contains(needle), "{needle}: {rendered}");
+    }
+    let (found, rendered) = problems(&doc(
+        "description: d\ntools: [read.file, Bad!, grep, all]",
+        "",
+    ));
+    assert_eq!(found.len(), 3, "{rendered}");
+    assert!(
+        rendered.contains("`read.file` is not a capability name"),
+        "{rendered}"
+    );
+    assert!(
+        rendered.contains("mixes Rho capability names"),
+        "{rendered}"
+    );
+    assert!(rendered.contains("`all` inside a list"), "{rendered}");
 }

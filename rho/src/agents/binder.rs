@@ -2,10 +2,21 @@
 //!
 //! - `rho`: resolves `@alias` models (and their default reasoning) from the configuration,
 //!   renders the prompt policy, and intersects the requested tools with the capabilities the
-//!   host supplies. The host is the upper bound: a requested name the host does not supply
-//!   (unknown or withheld) fails binding, naming it; `tools: all` means exactly the host set;
-//!   `shell` resolves to the platform shell (`bash` on Unix, `powershell` on Windows).
-//!   Delegated agents never receive `agent` or `agents`, even when listed.
+//!   host supplies. The host is the upper bound:
+//!   - a requested Rho capability (a name of [`RHO_CAPABILITIES`]) that the host does not
+//!     supply is dropped from the bound set and recorded in [`RhoLaunch::withheld`], so
+//!     planning and `rho agents list` can show it: nothing disappears silently;
+//!   - a requested name that is neither a Rho capability nor an extension the host supplies is
+//!     unknown and fails binding ([`AgentError::UnknownTools`]), naming every such name;
+//!   - `tools: all` means exactly the host set; `shell` resolves to the platform shell (`bash`
+//!     on Unix, `powershell` on Windows);
+//!   - delegated agents never receive `agent` or `agents`; when a definition lists them they
+//!     are recorded as withheld for delegation.
+//!
+//!   An `@alias` model may be written together with `provider`: the provider then has to be the
+//!   one the alias resolves to, else binding fails ([`AgentError::AliasProviderMismatch`]). The
+//!   pair is a checked statement, not an override: sending the alias's model name to another
+//!   provider's endpoint would run a model nobody configured.
 //! - `claude-cli`: computes the `claude` argument vector as data (nothing is spawned here):
 //!   permission mode `plan` for Plan and `dontAsk` for Auto and Bypass (never
 //!   `bypassPermissions`); Supervised and AllowEdits refuse, because `claude -p` cannot route an
@@ -18,10 +29,12 @@
 //! (workflows) and every extension capability (unknown effect) are mutating. A `claude-cli`
 //! agent is never read-only: its tools are Claude's and their effects are not ours to verify.
 //!
-//! Invariant: the bound capability set is always a subset of the host set.
+//! Invariant: the bound capability set is always a subset of the host set, and every listed
+//! capability is either granted, recorded as withheld, or fails binding as unknown.
 
 use std::collections::BTreeSet;
 use std::ffi::OsString;
+use std::fmt;
 use std::path::Path;
 
 use rho_ipc::program::{AgentRuntime, AgentSetup, AgentSource};
@@ -29,7 +42,8 @@ use rho_policy::PermissionMode;
 
 use super::catalog::{CatalogEntry, SourceLevel};
 use super::definition::{
-    AgentDefinition, ModelPolicy, ModelSelection, PromptPolicy, Reasoning, Runtime, ToolRequest,
+    AgentDefinition, ModelPolicy, ModelSelection, PromptPolicy, RHO_CAPABILITIES, Reasoning,
+    Runtime, ToolRequest,
 };
 use super::{AgentError, builtin::BASE_PROMPT};
 use crate::config::Config;
@@ -127,6 +141,64 @@ pub enum BoundModel {
     },
 }
 
+/// Why a capability a definition lists is not in its bound set.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum WithheldReason {
+    /// A Rho capability this host does not supply for the invocation (the host's policy is the
+    /// upper bound).
+    NotSupplied,
+    /// A delegation tool a delegated run never receives: `agent` or `agents` on rho, nested
+    /// `Task` on claude-cli.
+    Delegation,
+}
+
+impl WithheldReason {
+    /// A stable spelling for JSON output.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::NotSupplied => "not-supplied",
+            Self::Delegation => "delegation",
+        }
+    }
+}
+
+/// A listed capability the binding did not grant, and why.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct WithheldTool {
+    /// The name as the definition lists it (`shell`, not the shell it resolves to).
+    pub name: String,
+    /// Why it was left out.
+    pub reason: WithheldReason,
+}
+
+impl fmt::Display for WithheldTool {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.reason {
+            WithheldReason::NotSupplied if self.name == "shell" => write!(
+                f,
+                "shell (resolves to {PLATFORM_SHELL}, which this host does not supply)"
+            ),
+            WithheldReason::NotSupplied => write!(f, "{} (not supplied by this host)", self.name),
+            WithheldReason::Delegation => {
+                write!(
+                    f,
+                    "{} (delegated agents cannot delegate further)",
+                    self.name
+                )
+            }
+        }
+    }
+}
+
+/// The result of intersecting a definition's tools with the host set.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ToolGrant {
+    /// The granted capabilities (a subset of the host set).
+    pub granted: BTreeSet<String>,
+    /// Listed capabilities left out, in the definition's order.
+    pub withheld: Vec<WithheldTool>,
+}
+
 /// What a `rho`-runtime run gets.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RhoLaunch {
@@ -138,6 +210,8 @@ pub struct RhoLaunch {
     pub reasoning: Option<Reasoning>,
     /// The granted capabilities (a subset of the host set).
     pub capabilities: BTreeSet<String>,
+    /// Capabilities the definition lists that were not granted (see [`WithheldTool`]).
+    pub withheld: Vec<WithheldTool>,
 }
 
 /// How a claude-cli run receives the definition body.
@@ -172,6 +246,8 @@ pub struct ClaudeLaunch {
     pub max_turns: Option<u32>,
     /// Whether the user's full Claude settings load.
     pub inherit_claude_config: bool,
+    /// Listed entries left out (nested `Task`, always disallowed).
+    pub withheld: Vec<WithheldTool>,
 }
 
 impl ClaudeLaunch {
@@ -269,6 +345,16 @@ pub struct BoundAgent {
     pub runtime: BoundRuntime,
 }
 
+impl BoundAgent {
+    /// The listed tools this binding left out, on either runtime.
+    pub fn withheld(&self) -> &[WithheldTool] {
+        match &self.runtime {
+            BoundRuntime::Rho(launch) => &launch.withheld,
+            BoundRuntime::Claude(launch) => &launch.withheld,
+        }
+    }
+}
+
 /// Binds `entry` for one invocation.
 pub fn bind(entry: &CatalogEntry, request: &BindRequest<'_>) -> Result<BoundAgent, AgentError> {
     let def = &entry.definition;
@@ -314,6 +400,17 @@ fn bind_rho(def: &AgentDefinition, request: &BindRequest<'_>) -> Result<RhoLaunc
                             config: config.file.clone(),
                         }
                     })?;
+                    if let Some(p) = provider
+                        && *p != resolved.provider
+                    {
+                        return Err(AgentError::AliasProviderMismatch {
+                            agent: def.id.clone(),
+                            alias: alias.to_owned(),
+                            alias_provider: resolved.provider.clone(),
+                            provider: p.clone(),
+                            config: config.file.clone(),
+                        });
+                    }
                     reasoning = reasoning.or(resolved.reasoning);
                     BoundModel::Pinned {
                         policy: *policy,
@@ -340,12 +437,13 @@ fn bind_rho(def: &AgentDefinition, request: &BindRequest<'_>) -> Result<RhoLaunc
                 }
             }
         };
-    let capabilities = rho_capabilities(def, request.capabilities, request.invocation)?;
+    let grant = rho_capabilities(def, request.capabilities, request.invocation)?;
     Ok(RhoLaunch {
         system_prompt: render_prompt(def),
         model,
         reasoning,
-        capabilities,
+        capabilities: grant.granted,
+        withheld: grant.withheld,
     })
 }
 
@@ -354,43 +452,60 @@ pub fn rho_capabilities(
     def: &AgentDefinition,
     host: &HostCapabilities,
     invocation: Invocation,
-) -> Result<BTreeSet<String>, AgentError> {
-    let withheld =
+) -> Result<ToolGrant, AgentError> {
+    let for_delegation =
         |name: &str| invocation == Invocation::Delegated && DELEGATION_CAPABILITIES.contains(&name);
-    let mut granted = BTreeSet::new();
-    let mut missing = Vec::new();
+    let mut grant = ToolGrant::default();
+    let mut unknown = Vec::new();
     match &def.tools {
         ToolRequest::AllHost => {
-            granted.extend(host.names().filter(|n| !withheld(n)).map(str::to_owned));
+            grant.granted.extend(
+                host.names()
+                    .filter(|n| !for_delegation(n))
+                    .map(str::to_owned),
+            );
         }
         ToolRequest::Rho(names) => {
-            for name in names.iter().filter(|n| !withheld(n)) {
+            for name in names {
+                let withhold = |reason| WithheldTool {
+                    name: name.clone(),
+                    reason,
+                };
+                if for_delegation(name) {
+                    grant.withheld.push(withhold(WithheldReason::Delegation));
+                    continue;
+                }
                 let concrete = if name == "shell" {
                     PLATFORM_SHELL
                 } else {
                     name.as_str()
                 };
                 if host.contains(concrete) {
-                    granted.insert(concrete.to_owned());
-                } else if name == "shell" {
-                    missing.push(format!("shell (resolves to {PLATFORM_SHELL})"));
+                    grant.granted.insert(concrete.to_owned());
+                } else if RHO_CAPABILITIES.contains(&name.as_str()) {
+                    grant.withheld.push(withhold(WithheldReason::NotSupplied));
                 } else {
-                    missing.push(name.clone());
+                    unknown.push(name.clone());
                 }
             }
         }
         ToolRequest::Claude(_) => {
-            // Unreachable through `bind` (the runtime decides), kept total for direct callers.
-            missing.extend(def.tools.names());
+            // Unreachable through `bind` (the runtime decides), kept total for direct callers:
+            // Claude tool names are not in the Rho vocabulary.
+            unknown.extend(def.tools.names());
         }
     }
-    if missing.is_empty() {
-        Ok(granted)
+    if unknown.is_empty() {
+        Ok(grant)
     } else {
-        Err(AgentError::ToolsUnavailable {
+        Err(AgentError::UnknownTools {
             agent: def.id.clone(),
-            missing,
-            available: host.names().map(str::to_owned).collect(),
+            unknown,
+            extensions: host
+                .names()
+                .filter(|n| !RHO_CAPABILITIES.contains(n))
+                .map(str::to_owned)
+                .collect(),
         })
     }
 }
@@ -414,14 +529,13 @@ fn bind_claude(
             });
         }
     };
+    let (allowed_tools, withheld) = claude_tools(def);
     let mut tools: Vec<String> = Vec::new();
-    let mut allowed_tools = Vec::new();
     if let ToolRequest::Claude(entries) = &def.tools {
         for entry in entries.iter().filter(|e| e.base != CLAUDE_TASK) {
             if !tools.contains(&entry.base) {
                 tools.push(entry.base.clone());
             }
-            allowed_tools.push(entry.to_string());
         }
     }
     let prompt = match (def.prompt, def.body.is_empty()) {
@@ -446,7 +560,29 @@ fn bind_claude(
         effort: def.reasoning,
         max_turns: request.max_turns,
         inherit_claude_config: def.inherit_claude_config,
+        withheld,
     })
+}
+
+/// The Claude tool entries a claude-cli definition is allowed (`--allowedTools`, declared
+/// order) and the ones left out: nested `Task` entries, which stay disallowed so fan-out stays
+/// under Rho (recorded as withheld for delegation).
+pub fn claude_tools(def: &AgentDefinition) -> (Vec<String>, Vec<WithheldTool>) {
+    let mut allowed = Vec::new();
+    let mut withheld = Vec::new();
+    if let ToolRequest::Claude(entries) = &def.tools {
+        for entry in entries {
+            if entry.base == CLAUDE_TASK {
+                withheld.push(WithheldTool {
+                    name: entry.to_string(),
+                    reason: WithheldReason::Delegation,
+                });
+            } else {
+                allowed.push(entry.to_string());
+            }
+        }
+    }
+    (allowed, withheld)
 }
 
 /// Whether a bound agent can only read: see the module documentation.

@@ -5,6 +5,7 @@
 //! *effective* values (runtime resolved, model policy resolved, tools defaulted), so two files
 //! that mean the same thing produce equal definitions whatever their formatting.
 
+use std::collections::BTreeSet;
 use std::fmt;
 
 use super::frontmatter::{self, Diagnostic, Field, ScalarStyle, Value, YamlKind};
@@ -242,10 +243,9 @@ impl ClaudeToolEntry {
                 "`{entry}`: a Claude tool name cannot start with `-`"
             ));
         }
+        // An empty specifier (`Bash()`) is accepted: the entry grammar only asks for balanced
+        // parentheses and no commas.
         if let Some(spec) = specifier {
-            if spec.trim().is_empty() {
-                return Err(format!("`{entry}`: the specifier in `()` is empty"));
-            }
             if spec.contains(',') {
                 return Err(format!(
                     "`{entry}`: commas are not allowed inside a specifier (Claude's tool list \
@@ -360,16 +360,38 @@ const ID_RULE: &str = "1-64 characters: lowercase ASCII letters and digits, join
                        hyphens (no leading, trailing or double hyphen)";
 
 /// Parses and validates a whole definition file. `file_stem` supplies the id when the
-/// frontmatter has none. Every problem found is returned, each located by line and key.
+/// frontmatter has none. Every problem found is returned, each located by line and key: syntax
+/// problems of some lines do not stop the checks of the lines that parsed.
+///
+/// A key that is present but whose value cannot be used (a syntax error, a wrong type, an
+/// unknown value) is reported once: the rules that depend on it are skipped rather than
+/// reported against a guessed default. In particular an unusable `runtime` skips the
+/// runtime-specific model, reasoning, tool and `inherit_claude_config` rules.
 pub fn parse_definition(text: &str, file_stem: &str) -> Result<AgentDefinition, Vec<Diagnostic>> {
-    let fm = frontmatter::parse(text)?;
-    let mut problems = Vec::new();
+    let parsed = frontmatter::parse_recovering(text)?;
+    let fm = &parsed.frontmatter;
+    let mut problems = parsed.problems.clone();
     let mut raw = RawFields::default();
 
-    for field in &fm.fields {
-        if let Err(d) = raw.take(field) {
-            problems.push(d);
+    for (line, key) in &parsed.failed_keys {
+        if !KEYS.contains(&key.as_str()) {
+            problems.push(unknown_key(*line, key));
         }
+    }
+    for d in &parsed.problems {
+        if let Some(key) = &d.key
+            && KEYS.contains(&key.as_str())
+            && fm.get(key).is_none()
+        {
+            raw.broken.insert(key.clone());
+        }
+    }
+
+    // The runtime decides which values other keys may take, so it is read first.
+    let (runtime_field, other_fields): (Vec<&Field>, Vec<&Field>) =
+        fm.fields.iter().partition(|f| f.key == "runtime");
+    for field in runtime_field.into_iter().chain(other_fields) {
+        raw.take(field, &mut problems);
     }
 
     let id = if let Some((line, id)) = &raw.id {
@@ -382,7 +404,7 @@ pub fn parse_definition(text: &str, file_stem: &str) -> Result<AgentDefinition, 
         }
         id.clone()
     } else {
-        if !is_valid_id(file_stem) {
+        if !raw.is_broken("id") && !is_valid_id(file_stem) {
             problems.push(Diagnostic::keyed(
                 1,
                 "id",
@@ -397,17 +419,23 @@ pub fn parse_definition(text: &str, file_stem: &str) -> Result<AgentDefinition, 
 
     let description = match &raw.description {
         None => {
-            problems.push(Diagnostic::keyed(
-                1,
-                "description",
-                "is required: a short summary (1-1024 characters) shown by the agent tool",
-            ));
+            if !raw.is_broken("description") {
+                problems.push(Diagnostic::keyed(
+                    1,
+                    "description",
+                    format!("is required: {DESCRIPTION_RULE}"),
+                ));
+            }
             String::new()
         }
         Some((line, text)) => {
             let trimmed = text.trim();
             if trimmed.is_empty() {
-                problems.push(Diagnostic::keyed(*line, "description", "must not be empty"));
+                problems.push(Diagnostic::keyed(
+                    *line,
+                    "description",
+                    format!("is empty; it needs {DESCRIPTION_RULE} after trimming"),
+                ));
             } else if text.chars().count() > MAX_DESCRIPTION_CHARS {
                 // The untrimmed length is checked so that every accepted file also satisfies the
                 // published JSON Schema, which sees the value before trimming.
@@ -436,14 +464,16 @@ pub fn parse_definition(text: &str, file_stem: &str) -> Result<AgentDefinition, 
         ));
     }
 
+    // Runtime-specific rules; dropped when the runtime itself is unusable (reported already).
+    let mut by_runtime = Vec::new();
     let model = match runtime {
-        Runtime::Rho => rho_model(&raw, &mut problems),
-        Runtime::ClaudeCli => claude_model(&raw, &mut problems),
+        Runtime::Rho => rho_model(&raw, &mut by_runtime),
+        Runtime::ClaudeCli => claude_model(&raw, &mut by_runtime),
     };
 
     let reasoning = raw.reasoning.map(|(line, r)| {
         if runtime == Runtime::ClaudeCli && matches!(r, Reasoning::Off | Reasoning::Minimal) {
-            problems.push(Diagnostic::keyed(
+            by_runtime.push(Diagnostic::keyed(
                 line,
                 "reasoning",
                 format!(
@@ -457,13 +487,13 @@ pub fn parse_definition(text: &str, file_stem: &str) -> Result<AgentDefinition, 
     });
 
     let tools = match runtime {
-        Runtime::Rho => rho_tools(raw.tools.as_ref(), &mut problems),
-        Runtime::ClaudeCli => claude_tools(raw.tools.as_ref(), &mut problems),
+        Runtime::Rho => rho_tools(raw.tools.as_ref(), &mut by_runtime),
+        Runtime::ClaudeCli => claude_tools(raw.tools.as_ref(), &mut by_runtime),
     };
 
     let inherit_claude_config = match raw.inherit_claude_config {
         Some((line, true)) if runtime != Runtime::ClaudeCli => {
-            problems.push(Diagnostic::keyed(
+            by_runtime.push(Diagnostic::keyed(
                 line,
                 INHERIT_CLAUDE_CONFIG,
                 "`true` is only allowed with runtime: claude-cli (it loads the user's Claude \
@@ -474,6 +504,9 @@ pub fn parse_definition(text: &str, file_stem: &str) -> Result<AgentDefinition, 
         Some((_, value)) => value,
         None => false,
     };
+    if !raw.is_broken("runtime") {
+        problems.extend(by_runtime);
+    }
 
     if problems.is_empty() {
         Ok(AgentDefinition {
@@ -493,6 +526,8 @@ pub fn parse_definition(text: &str, file_stem: &str) -> Result<AgentDefinition, 
     }
 }
 
+const DESCRIPTION_RULE: &str = "1-1024 characters of text (shown by the agent tool)";
+
 /// Field values after per-key checks, each with its line.
 #[derive(Default)]
 struct RawFields {
@@ -506,6 +541,8 @@ struct RawFields {
     reasoning: Option<(usize, Reasoning)>,
     tools: Option<(usize, RawTools)>,
     inherit_claude_config: Option<(usize, bool)>,
+    /// Known keys that are present in the file but have no usable value (already reported).
+    broken: BTreeSet<String>,
 }
 
 enum RawTools {
@@ -514,15 +551,46 @@ enum RawTools {
 }
 
 impl RawFields {
-    fn take(&mut self, field: &Field) -> Result<(), Diagnostic> {
+    fn is_broken(&self, key: &str) -> bool {
+        self.broken.contains(key)
+    }
+
+    /// Checks one field and records its value; on failure the problem is reported and the key
+    /// marked broken.
+    fn take(&mut self, field: &Field, problems: &mut Vec<Diagnostic>) {
+        if let Err(d) = self.take_value(field, problems) {
+            if KEYS.contains(&field.key.as_str()) {
+                self.broken.insert(field.key.clone());
+            }
+            problems.push(d);
+        }
+    }
+
+    fn take_value(
+        &mut self,
+        field: &Field,
+        problems: &mut Vec<Diagnostic>,
+    ) -> Result<(), Diagnostic> {
         let line = field.line;
-        match field.key.as_str() {
+        let key = field.key.as_str();
+        if !KEYS.contains(&key) {
+            return Err(unknown_key(line, key));
+        }
+        if field.value.is_missing() {
+            return Err(Diagnostic::keyed(
+                line,
+                key,
+                format!("missing value: `{key}` needs {}", self.rule(key)),
+            ));
+        }
+        match key {
             "id" => self.id = Some((line, string(field)?)),
             "description" => self.description = Some((line, string(field)?)),
             "runtime" => {
                 let r = one_of(
                     field,
                     &[("rho", Runtime::Rho), ("claude-cli", Runtime::ClaudeCli)],
+                    "rho | claude-cli",
                 )?;
                 self.runtime = Some((line, r));
             }
@@ -533,6 +601,7 @@ impl RawFields {
                         ("extend", PromptPolicy::Extend),
                         ("replace", PromptPolicy::Replace),
                     ],
+                    "extend | replace",
                 )?;
                 self.prompt = Some((line, p));
             }
@@ -545,6 +614,7 @@ impl RawFields {
                         ("require", ModelPolicy::Require),
                         ("select", ModelPolicy::Select),
                     ],
+                    "inherit | prefer | require | select",
                 )?;
                 self.model_policy = Some((line, p));
             }
@@ -552,14 +622,49 @@ impl RawFields {
             "provider" => self.provider = Some((line, word(field)?)),
             "reasoning" => {
                 let choices: Vec<_> = Reasoning::ALL.iter().map(|r| (r.as_str(), *r)).collect();
-                self.reasoning = Some((line, one_of(field, &choices)?));
+                let claude = matches!(self.runtime, Some((_, Runtime::ClaudeCli)));
+                let allowed = reasoning_choices(claude);
+                self.reasoning = Some((line, one_of(field, &choices, &allowed)?));
             }
-            "tools" => self.tools = Some((line, tools(field)?)),
-            INHERIT_CLAUDE_CONFIG => self.inherit_claude_config = Some((line, boolean(field)?)),
-            other => return Err(unknown_key(line, other)),
+            "tools" => self.tools = Some((line, tools(field, problems)?)),
+            _ => self.inherit_claude_config = Some((line, boolean(field)?)),
         }
         Ok(())
     }
+
+    /// What `key` takes, for messages (given the runtime read so far).
+    fn rule(&self, key: &str) -> String {
+        let claude = matches!(self.runtime, Some((_, Runtime::ClaudeCli)));
+        match key {
+            "id" => ID_RULE.to_owned(),
+            "description" => DESCRIPTION_RULE.to_owned(),
+            "runtime" => "one of rho | claude-cli".to_owned(),
+            "prompt" => "one of extend | replace".to_owned(),
+            "model-policy" if claude => "one of inherit | select".to_owned(),
+            "model-policy" => "one of inherit | prefer | require | select".to_owned(),
+            "model" if claude => "a Claude model name without whitespace (such as opus)".to_owned(),
+            "model" => "a model name without whitespace, or @alias".to_owned(),
+            "provider" => {
+                "a configured provider name without whitespace (runtime rho only)".to_owned()
+            }
+            "reasoning" => format!("one of {}", reasoning_choices(claude)),
+            "tools" if claude => {
+                "a list of Claude Code tools such as [Read, Grep, \"Bash(git *)\"]".to_owned()
+            }
+            "tools" => "`all` or a list of Rho capabilities such as [read_file, grep]".to_owned(),
+            _ => "`true` or `false`".to_owned(),
+        }
+    }
+}
+
+/// The reasoning values a runtime accepts, for messages.
+fn reasoning_choices(claude: bool) -> String {
+    Reasoning::ALL
+        .iter()
+        .filter(|r| !claude || !matches!(r, Reasoning::Off | Reasoning::Minimal))
+        .map(|r| r.as_str())
+        .collect::<Vec<_>>()
+        .join(" | ")
 }
 
 fn unknown_key(line: usize, key: &str) -> Diagnostic {
@@ -620,18 +725,21 @@ fn word(field: &Field) -> Result<String, Diagnostic> {
     Ok(text)
 }
 
-fn one_of<T: Copy>(field: &Field, choices: &[(&str, T)]) -> Result<T, Diagnostic> {
-    let text = string(field)?;
+/// One of `choices`; every failure names what is allowed (`allowed`, such as `a | b`).
+fn one_of<T: Copy>(field: &Field, choices: &[(&str, T)], allowed: &str) -> Result<T, Diagnostic> {
+    let text = string(field).map_err(|mut d| {
+        d.message = format!("{}; allowed: {allowed}", d.message);
+        d
+    })?;
     choices
         .iter()
         .find(|(name, _)| *name == text)
         .map(|(_, v)| *v)
         .ok_or_else(|| {
-            let names: Vec<&str> = choices.iter().map(|(n, _)| *n).collect();
             Diagnostic::keyed(
                 field.line,
                 &field.key,
-                format!("unknown value `{text}`; allowed: {}", names.join(" | ")),
+                format!("unknown value `{text}`; allowed: {allowed}"),
             )
         })
 }
@@ -653,7 +761,9 @@ fn boolean(field: &Field) -> Result<bool, Diagnostic> {
     }
 }
 
-fn tools(field: &Field) -> Result<RawTools, Diagnostic> {
+/// The `tools` value. A bad list item is reported (in `problems`) and left out, so the other
+/// items are still checked against the runtime's vocabulary.
+fn tools(field: &Field, problems: &mut Vec<Diagnostic>) -> Result<RawTools, Diagnostic> {
     let problem = |msg: String| Diagnostic::keyed(field.line, &field.key, msg);
     match &field.value {
         Value::Scalar(s) if s.yaml_kind() == YamlKind::String && s.text == "all" => {
@@ -666,50 +776,54 @@ fn tools(field: &Field) -> Result<RawTools, Diagnostic> {
         Value::List(items) => {
             let mut out: Vec<String> = Vec::with_capacity(items.len());
             for item in items {
-                if item.yaml_kind() != YamlKind::String {
-                    return Err(problem(format!(
+                let bad = if item.yaml_kind() != YamlKind::String {
+                    Some(format!(
                         "list item `{}` reads as {} in YAML; tool names are strings",
                         item.text,
                         item.yaml_kind().describe()
-                    )));
+                    ))
+                } else if item.text.is_empty() {
+                    Some("empty tool name in the list".to_owned())
+                } else if out.contains(&item.text) {
+                    Some(format!("`{}` is listed twice", item.text))
+                } else {
+                    None
+                };
+                match bad {
+                    Some(msg) => problems.push(problem(msg)),
+                    None => out.push(item.text.clone()),
                 }
-                if item.text.is_empty() {
-                    return Err(problem("empty tool name in the list".into()));
-                }
-                if out.contains(&item.text) {
-                    return Err(problem(format!("`{}` is listed twice", item.text)));
-                }
-                out.push(item.text.clone());
             }
             Ok(RawTools::List(out))
         }
     }
 }
 
+/// Whether the model-selection keys all have usable values (else their combinations are not
+/// checked: the unusable one is reported already).
+fn model_keys_usable(raw: &RawFields) -> bool {
+    !["model-policy", "model", "provider"]
+        .iter()
+        .any(|k| raw.is_broken(k))
+}
+
 fn rho_model(raw: &RawFields, problems: &mut Vec<Diagnostic>) -> ModelSelection {
     if let Some((line, model)) = &raw.model
-        && let Some(alias) = model.strip_prefix('@')
+        && model == "@"
     {
-        if alias.is_empty() {
-            problems.push(Diagnostic::keyed(
-                *line,
-                "model",
-                "`@` must be followed by an alias name",
-            ));
-        }
-        if let Some((pline, _)) = &raw.provider {
-            problems.push(Diagnostic::keyed(
-                *pline,
-                "provider",
-                "cannot be combined with an @alias model: the alias names its provider in the \
-                 configuration",
-            ));
-        }
+        problems.push(Diagnostic::keyed(
+            *line,
+            "model",
+            "`@` must be followed by an alias name",
+        ));
     }
-    match (raw.model_policy, &raw.model, &raw.provider) {
+    // An `@alias` may come with a `provider`: the binder then requires the alias to resolve to
+    // that provider (see `binder`), so the pair is a checked statement, never a silent override.
+    let mut combinations = Vec::new();
+    let selection = match (raw.model_policy, &raw.model, &raw.provider) {
         (None, None, None) => ModelSelection::Inherit,
         (None, None, Some((line, _))) => {
-            problems.push(Diagnostic::keyed(
+            combinations.push(Diagnostic::keyed(
                 *line,
                 "provider",
                 "needs a `model` (without one the parent's provider and model are kept)",
@@ -719,7 +833,7 @@ fn rho_model(raw: &RawFields, problems: &mut Vec<Diagnostic>) -> ModelSelection 
         (Some((line, ModelPolicy::Inherit)), model, provider) => {
             for (key, present) in [("model", model), ("provider", provider)] {
                 if let Some((l, _)) = present {
-                    problems.push(Diagnostic::keyed(
+                    combinations.push(Diagnostic::keyed(
                         *l,
                         key,
                         format!(
@@ -733,7 +847,7 @@ fn rho_model(raw: &RawFields, problems: &mut Vec<Diagnostic>) -> ModelSelection 
             ModelSelection::Inherit
         }
         (Some((line, policy)), None, _) => {
-            problems.push(Diagnostic::keyed(
+            combinations.push(Diagnostic::keyed(
                 line,
                 "model-policy",
                 format!("`{}` needs a `model`", policy.as_str()),
@@ -745,7 +859,11 @@ fn rho_model(raw: &RawFields, problems: &mut Vec<Diagnostic>) -> ModelSelection 
             model: model.clone(),
             provider: provider.as_ref().map(|(_, p)| p.clone()),
         },
+    };
+    if model_keys_usable(raw) {
+        problems.extend(combinations);
     }
+    selection
 }
 
 fn claude_model(raw: &RawFields, problems: &mut Vec<Diagnostic>) -> ModelSelection {
@@ -769,20 +887,21 @@ fn claude_model(raw: &RawFields, problems: &mut Vec<Diagnostic>) -> ModelSelecti
             ),
         ));
     }
-    match (raw.model_policy, &raw.model) {
-        (Some((line, p @ (ModelPolicy::Prefer | ModelPolicy::Require))), _) => {
-            problems.push(Diagnostic::keyed(
-                line,
-                "model-policy",
-                format!(
-                    "`{}` is not available on runtime: claude-cli; allowed: inherit | select",
-                    p.as_str()
-                ),
-            ));
-            ModelSelection::Inherit
-        }
+    if let Some((line, p @ (ModelPolicy::Prefer | ModelPolicy::Require))) = raw.model_policy {
+        problems.push(Diagnostic::keyed(
+            line,
+            "model-policy",
+            format!(
+                "`{}` is not available on runtime: claude-cli; allowed: inherit | select",
+                p.as_str()
+            ),
+        ));
+        return ModelSelection::Inherit;
+    }
+    let mut combinations = Vec::new();
+    let selection = match (raw.model_policy, &raw.model) {
         (Some((line, ModelPolicy::Inherit)), Some((mline, _))) => {
-            problems.push(Diagnostic::keyed(
+            combinations.push(Diagnostic::keyed(
                 *mline,
                 "model",
                 format!(
@@ -793,7 +912,7 @@ fn claude_model(raw: &RawFields, problems: &mut Vec<Diagnostic>) -> ModelSelecti
             ModelSelection::Inherit
         }
         (Some((line, ModelPolicy::Select)), None) => {
-            problems.push(Diagnostic::keyed(
+            combinations.push(Diagnostic::keyed(
                 line,
                 "model-policy",
                 "`select` needs a `model`",
@@ -806,7 +925,11 @@ fn claude_model(raw: &RawFields, problems: &mut Vec<Diagnostic>) -> ModelSelecti
             model: model.clone(),
             provider: None,
         },
+    };
+    if model_keys_usable(raw) {
+        problems.extend(combinations);
     }
+    selection
 }
 
 /// Whether an entry is written the Claude Code way (`Read`, `Bash(git *)`).
@@ -821,6 +944,7 @@ fn is_rho_capability_name(name: &str) -> bool {
             .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_' || c == '-')
 }
 
+/// Checks a `rho`-runtime tool list; every bad entry is reported.
 fn rho_tools(tools: Option<&(usize, RawTools)>, problems: &mut Vec<Diagnostic>) -> ToolRequest {
     let Some((line, tools)) = tools else {
         return ToolRequest::AllHost;
@@ -838,16 +962,16 @@ fn rho_tools(tools: Option<&(usize, RawTools)>, problems: &mut Vec<Diagnostic>) 
         .map(String::as_str)
         .filter(|n| !looks_like_claude_tool(n))
         .collect();
-    let problem = |msg: String| Diagnostic::keyed(*line, "tools", msg);
+    let mut problem = |msg: String| problems.push(Diagnostic::keyed(*line, "tools", msg));
     if !claude.is_empty() && !rho.is_empty() {
-        problems.push(problem(format!(
+        problem(format!(
             "mixes Rho capability names ({}) and Claude Code tool names ({}); runtime rho takes \
              only Rho capabilities",
             rho.join(", "),
             claude.join(", ")
-        )));
+        ));
     } else if !claude.is_empty() {
-        problems.push(problem(format!(
+        problem(format!(
             "{} {}; runtime rho takes Rho capabilities such as read_file, grep, bash (or set \
              runtime: claude-cli)",
             claude.join(", "),
@@ -856,62 +980,61 @@ fn rho_tools(tools: Option<&(usize, RawTools)>, problems: &mut Vec<Diagnostic>) 
             } else {
                 "are Claude Code tool names"
             }
-        )));
-    } else if names.iter().any(|n| n == "all") {
-        problems.push(problem(
-            "`all` is not a capability; write `tools: all` instead of a list".into(),
         ));
-    } else if let Some(bad) = names.iter().find(|n| !is_rho_capability_name(n)) {
-        problems.push(problem(format!(
-            "`{bad}` is not a capability name: lowercase letters, digits, `_` and `-`, starting \
-             with a letter"
-        )));
+    }
+    for name in rho {
+        if name == "all" {
+            problem(
+                "`all` inside a list is not a capability; write `tools: all` (without brackets) \
+                 for every capability the host supplies"
+                    .into(),
+            );
+        } else if !is_rho_capability_name(name) {
+            problem(format!(
+                "`{name}` is not a capability name: lowercase letters, digits, `_` and `-`, \
+                 starting with a letter"
+            ));
+        }
     }
     ToolRequest::Rho(names.clone())
 }
 
+/// Why `all` is refused in a claude-cli tool list.
+const CLAUDE_ALL_REFUSED: &str = "`tools: all` is not allowed on runtime claude-cli; list Claude \
+                                  Code tools such as [Read, Grep, \"Bash(git *)\"], or omit `tools` \
+                                  for no tools";
+
+/// Checks a `claude-cli` tool list; every bad entry is reported.
 fn claude_tools(tools: Option<&(usize, RawTools)>, problems: &mut Vec<Diagnostic>) -> ToolRequest {
     let Some((line, tools)) = tools else {
         return ToolRequest::Claude(Vec::new());
     };
-    let problem = |msg: String| Diagnostic::keyed(*line, "tools", msg);
+    let mut problem = |msg: String| problems.push(Diagnostic::keyed(*line, "tools", msg));
     let RawTools::List(names) = tools else {
-        problems.push(problem(
-            "`all` is not available on runtime: claude-cli; list Claude Code tools such as \
-             [Read, Grep, \"Bash(git *)\"], or omit `tools` for no tools"
-                .into(),
-        ));
+        problem(CLAUDE_ALL_REFUSED.into());
         return ToolRequest::Claude(Vec::new());
     };
-    let rho: Vec<&str> = names
-        .iter()
-        .map(String::as_str)
-        .filter(|n| RHO_CAPABILITIES.contains(n) || *n == "all")
-        .collect();
-    if !rho.is_empty() {
-        let mixed = rho.len() < names.len();
-        problems.push(problem(format!(
-            "{}{} {}; runtime claude-cli takes Claude Code tool entries such as Read, Edit, \
-             Bash(git *)",
-            if mixed {
-                "mixes Rho and Claude tool names: "
-            } else {
-                ""
-            },
-            rho.join(", "),
-            if rho.len() == 1 {
-                "is a Rho capability name"
-            } else {
-                "are Rho capability names"
-            }
-        )));
-        return ToolRequest::Claude(Vec::new());
-    }
+    let is_rho = |n: &str| RHO_CAPABILITIES.contains(&n);
+    let mixed = names.iter().any(|n| is_rho(n)) && names.iter().any(|n| n != "all" && !is_rho(n));
     let mut entries = Vec::with_capacity(names.len());
     for name in names {
-        match ClaudeToolEntry::parse(name) {
-            Ok(entry) => entries.push(entry),
-            Err(msg) => problems.push(problem(msg)),
+        if name == "all" {
+            problem(format!("`all` in the list: {CLAUDE_ALL_REFUSED}"));
+        } else if is_rho(name) {
+            problem(format!(
+                "{}`{name}` is a Rho capability name; runtime claude-cli takes Claude Code tool \
+                 entries such as Read, Edit, Bash(git *)",
+                if mixed {
+                    "mixes Rho and Claude tool names: "
+                } else {
+                    ""
+                },
+            ));
+        } else {
+            match ClaudeToolEntry::parse(name) {
+                Ok(entry) => entries.push(entry),
+                Err(msg) => problem(msg),
+            }
         }
     }
     ToolRequest::Claude(entries)
@@ -951,6 +1074,11 @@ mod tests {
         assert_eq!(e.to_string(), "Bash(git *)");
         assert!(ClaudeToolEntry::parse("mcp__srv__tool").is_ok());
         assert!(ClaudeToolEntry::parse("Bash(echo (a) \"b\")").is_ok());
+        for empty in ["Bash()", "Bash( )", "Bash(())"] {
+            let e = ClaudeToolEntry::parse(empty).unwrap();
+            assert_eq!(e.base, "Bash");
+            assert_eq!(e.to_string(), empty);
+        }
         for (bad, why) in [
             ("Bash(a, b)", "commas"),
             ("Bash(a", "specifier ends"),
@@ -958,7 +1086,6 @@ mod tests {
             ("Bash(a)x", "specifier ends"),
             ("Bash())(", "specifier ends"),
             ("(x)", "empty"),
-            ("Bash()", "empty"),
             ("Re ad", "letters, digits"),
             ("-rm", "cannot start with `-`"),
         ] {

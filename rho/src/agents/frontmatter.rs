@@ -9,10 +9,16 @@
 //!   `"double-quoted"` scalar (escapes `\"`, `\\`, `\/`, `\n`, `\r`, `\t`, `\uXXXX`), or a flow
 //!   list `[a, "b", 'c']` whose items are plain or quoted scalars.
 //!
-//! Rejected with a located diagnostic: tabs or spaces used for indentation, a missing value,
-//! duplicate keys, nested maps (`{`), nested lists, block lists (`- item`), anchors, aliases,
-//! tags, block scalars, multi-line quoted scalars, trailing comments (` #` after a value:
-//! quote the value instead), a `: ` inside a plain scalar, and unknown escapes.
+//! Rejected with a located diagnostic: tabs or spaces used for indentation, duplicate keys,
+//! nested maps (`{`), nested lists, block lists (`- item`), anchors, aliases, tags, block
+//! scalars, multi-line quoted scalars, trailing comments (` #` after a value: quote the value
+//! instead), a `: ` inside a plain scalar, and unknown escapes. A key with nothing after the
+//! colon (`key:`) is read, as YAML reads it, as an empty plain scalar (null); the definition
+//! layer rejects it with a message about what that key takes.
+//!
+//! Recovery: [`parse_recovering`] keeps every line that parsed when other lines did not, so
+//! the definition layer can still check the good lines and report every problem of a file at
+//! once. Only a broken file shape (no opening or no closing `---`) stops before the lines.
 //!
 //! One deliberate difference from YAML: a plain scalar may start with `@`, so that
 //! `model: @fast` names a model alias as the agent documentation writes it.
@@ -138,6 +144,11 @@ pub enum Value {
 }
 
 impl Value {
+    /// Whether this is `key:` with nothing after the colon (YAML null).
+    pub fn is_missing(&self) -> bool {
+        matches!(self, Self::Scalar(s) if s.style == ScalarStyle::Plain && s.text.is_empty())
+    }
+
     /// The JSON value a YAML 1.2 reader would produce.
     pub fn to_json(&self) -> serde_json::Value {
         match self {
@@ -189,8 +200,33 @@ impl Frontmatter {
     }
 }
 
-/// Splits `text` into frontmatter fields and body, collecting every syntax problem.
+/// What [`parse_recovering`] read: the lines that parsed, and the problems of the others.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Parsed {
+    /// The fields of every line that parsed (the first occurrence of a duplicated key).
+    pub frontmatter: Frontmatter,
+    /// Every syntax problem, in line order.
+    pub problems: Vec<Diagnostic>,
+    /// Keys written at column 1 whose line did not parse, with their line: the key exists in
+    /// the file but has no usable value.
+    pub failed_keys: Vec<(usize, String)>,
+}
+
+/// Splits `text` into frontmatter fields and body; any syntax problem fails the whole file,
+/// and every one of them is returned.
 pub fn parse(text: &str) -> Result<Frontmatter, Vec<Diagnostic>> {
+    let parsed = parse_recovering(text)?;
+    if parsed.problems.is_empty() {
+        Ok(parsed.frontmatter)
+    } else {
+        Err(parsed.problems)
+    }
+}
+
+/// Splits `text` into frontmatter fields and body, keeping the lines that parsed next to the
+/// problems of those that did not. Fails outright only when the file shape is broken (no
+/// opening or closing `---` line), since then no line can be trusted to be frontmatter.
+pub fn parse_recovering(text: &str) -> Result<Parsed, Vec<Diagnostic>> {
     let lines = split_lines(text);
     match lines.first() {
         Some((first, _)) if *first == "---" => {}
@@ -224,6 +260,7 @@ pub fn parse(text: &str) -> Result<Frontmatter, Vec<Diagnostic>> {
 
     let mut fields: Vec<Field> = Vec::new();
     let mut problems = Vec::new();
+    let mut failed_keys = Vec::new();
     for (index, (line, _)) in lines.iter().enumerate().take(closing_index).skip(1) {
         let number = index + 1;
         match parse_line(line, number) {
@@ -242,17 +279,25 @@ pub fn parse(text: &str) -> Result<Frontmatter, Vec<Diagnostic>> {
                     fields.push(field);
                 }
             }
-            Err(d) => problems.push(d),
+            Err(d) => {
+                if let Some(key) = &d.key
+                    && line.starts_with(key.as_str())
+                {
+                    failed_keys.push((number, key.clone()));
+                }
+                problems.push(d);
+            }
         }
     }
-    if !problems.is_empty() {
-        return Err(problems);
-    }
     let body_start = lines[closing_index].1;
-    Ok(Frontmatter {
-        fields,
-        body: text[body_start..].to_owned(),
-        closing_line: closing_index + 1,
+    Ok(Parsed {
+        frontmatter: Frontmatter {
+            fields,
+            body: text[body_start..].to_owned(),
+            closing_line: closing_index + 1,
+        },
+        problems,
+        failed_keys,
     })
 }
 
@@ -279,15 +324,17 @@ fn parse_line(line: &str, number: usize) -> Result<Option<Field>, Diagnostic> {
         return Ok(None);
     }
     if line.starts_with('\t') {
-        return Err(Diagnostic::unkeyed(
+        return Err(located(
             number,
+            indented_key(line),
             "tabs are not allowed for indentation; every key starts at column 1 (nested maps \
              are not accepted)",
         ));
     }
     if line.starts_with(' ') {
-        return Err(Diagnostic::unkeyed(
+        return Err(located(
             number,
+            indented_key(line),
             "indented line: keys start at column 1, nested maps and block lists are not \
              accepted; write lists as `key: [a, b]`",
         ));
@@ -337,12 +384,15 @@ fn parse_line(line: &str, number: usize) -> Result<Option<Field>, Diagnostic> {
     }
     let raw = rest.trim();
     if raw.is_empty() {
-        return Err(Diagnostic::keyed(
-            number,
-            key,
-            "missing value; block lists and nested maps are not accepted, write `key: value` \
-             or `key: [a, b]` on one line",
-        ));
+        // YAML reads `key:` as null; the definition layer says what the key needs instead.
+        return Ok(Some(Field {
+            key: key.to_owned(),
+            line: number,
+            value: Value::Scalar(Scalar {
+                text: String::new(),
+                style: ScalarStyle::Plain,
+            }),
+        }));
     }
     let value = parse_value(raw).map_err(|m| Diagnostic::keyed(number, key, m))?;
     Ok(Some(Field {
@@ -350,6 +400,24 @@ fn parse_line(line: &str, number: usize) -> Result<Option<Field>, Diagnostic> {
         line: number,
         value,
     }))
+}
+
+/// A diagnostic for `key` when one is known, else an unkeyed one.
+fn located(number: usize, key: Option<&str>, message: &str) -> Diagnostic {
+    match key {
+        Some(key) => Diagnostic::keyed(number, key, message),
+        None => Diagnostic::unkeyed(number, message),
+    }
+}
+
+/// The key of an indented `  key: value` line, so its diagnostic can name it.
+fn indented_key(line: &str) -> Option<&str> {
+    let trimmed = line.trim_start();
+    let key = &trimmed[..trimmed.find(':')?];
+    let plausible = !key.is_empty()
+        && !key.starts_with(['-', '#', '"', '\''])
+        && !key.chars().any(char::is_whitespace);
+    plausible.then_some(key)
 }
 
 fn parse_value(raw: &str) -> Result<Value, String> {
@@ -736,9 +804,10 @@ mod tests {
     #[test]
     fn syntax_errors_are_located() {
         let cases = [
-            ("---\n\tid: a\n---\n", 2, None, "tabs"),
-            ("---\n  id: a\n---\n", 2, None, "indented"),
-            ("---\ntools:\n- a\n---\n", 2, Some("tools"), "missing value"),
+            ("---\n\tid: a\n---\n", 2, Some("id"), "tabs"),
+            ("---\n  id: a\n---\n", 2, Some("id"), "indented"),
+            ("---\n  - a\n---\n", 2, None, "indented"),
+            ("---\ntools:\n- a\n---\n", 3, None, "block lists"),
             ("---\n- a\n---\n", 2, None, "block lists"),
             ("---\nid:a\n---\n", 2, Some("id"), "space after"),
             ("---\nid:\ta\n---\n", 2, Some("id"), "not a tab"),
@@ -807,9 +876,57 @@ mod tests {
 
     #[test]
     fn every_bad_line_is_reported() {
-        let errors = err("---\n  a: 1\nb:\n\tc: 2\n---\n");
+        let errors = err("---\n  a: 1\nb: {x}\n\tc: 2\n---\n");
         let lines: Vec<_> = errors.iter().map(|d| d.line).collect();
         assert_eq!(lines, [2, 3, 4]);
+    }
+
+    #[test]
+    fn an_empty_value_reads_as_null() {
+        let fm = ok("---\ndescription:\nid:   \n---\n");
+        let field = fm.get("description").unwrap();
+        assert!(field.value.is_missing());
+        assert!(fm.get("id").unwrap().value.is_missing());
+        assert_eq!(
+            fm.to_json(),
+            serde_json::json!({"description": null, "id": null})
+        );
+        assert!(
+            !ok("---\na: \"\"\n---\n")
+                .get("a")
+                .unwrap()
+                .value
+                .is_missing()
+        );
+    }
+
+    #[test]
+    fn recovery_keeps_the_lines_that_parsed() {
+        let text = "---\nid: a\nmodel: x # c\n  tools: [a]\nruntime: rho\nid: b\n---\nBody\n";
+        let parsed = parse_recovering(text).unwrap();
+        let keys: Vec<_> = parsed
+            .frontmatter
+            .fields
+            .iter()
+            .map(|f| (f.line, f.key.as_str()))
+            .collect();
+        assert_eq!(keys, [(2, "id"), (5, "runtime")]);
+        assert_eq!(parsed.frontmatter.body, "Body\n");
+        let problems: Vec<_> = parsed
+            .problems
+            .iter()
+            .map(|d| (d.line, d.key.as_deref()))
+            .collect();
+        assert_eq!(
+            problems,
+            [(3, Some("model")), (4, Some("tools")), (6, Some("id"))]
+        );
+        // Only the column-1 key whose value failed counts as present-but-broken.
+        assert_eq!(parsed.failed_keys, [(3, "model".to_owned())]);
+        // The strict form fails with the same problems.
+        assert_eq!(parse(text).unwrap_err(), parsed.problems);
+        // A broken file shape still stops before the lines.
+        assert!(parse_recovering("---\nid: a\n").is_err());
     }
 
     #[test]

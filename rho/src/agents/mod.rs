@@ -21,8 +21,8 @@ use std::path::{Path, PathBuf};
 
 pub use binder::{
     BindRequest, BoundAgent, BoundModel, BoundRuntime, ClaudeLaunch, ClaudePrompt,
-    HostCapabilities, Invocation, PLATFORM_SHELL, READ_ONLY_CAPABILITIES, RhoLaunch, bind,
-    is_read_only, render_prompt, to_agent_setup,
+    HostCapabilities, Invocation, PLATFORM_SHELL, READ_ONLY_CAPABILITIES, RhoLaunch, ToolGrant,
+    WithheldReason, WithheldTool, bind, is_read_only, render_prompt, to_agent_setup,
 };
 pub use catalog::{Catalog, CatalogEntry, CatalogSources, SourceLevel};
 pub use definition::{
@@ -134,19 +134,38 @@ pub enum AgentError {
         /// The configuration file consulted.
         config: PathBuf,
     },
-    /// Requested tools are not among the capabilities the host supplies.
+    /// Requested tool names are neither Rho capabilities nor extensions the host supplies.
     #[error(
-        "agent `{agent}`: tools not available from this host: {}; available: {}",
-        missing.join(", "),
-        if available.is_empty() { "none".to_owned() } else { available.join(", ") }
+        "agent `{agent}`: unknown tools {}: not Rho capabilities, and not extensions this host \
+         supplies (extensions supplied: {})",
+        unknown.join(", "),
+        if extensions.is_empty() { "none".to_owned() } else { extensions.join(", ") }
     )]
-    ToolsUnavailable {
+    UnknownTools {
         /// The agent being bound.
         agent: String,
-        /// The requested names that are missing (unknown or not supplied).
-        missing: Vec<String>,
-        /// What the host supplies.
-        available: Vec<String>,
+        /// Every unknown name, in the definition's order.
+        unknown: Vec<String>,
+        /// The extension capabilities the host supplies (names outside the Rho vocabulary).
+        extensions: Vec<String>,
+    },
+    /// An `@alias` model is written with a `provider` that is not the alias's provider.
+    #[error(
+        "agent `{agent}`: model alias `@{alias}` resolves to provider `{alias_provider}` in {}, \
+         but the definition sets provider `{provider}`; make them agree or drop `provider`",
+        config.display()
+    )]
+    AliasProviderMismatch {
+        /// The agent being bound.
+        agent: String,
+        /// The alias name, without `@`.
+        alias: String,
+        /// The provider the alias resolves to.
+        alias_provider: String,
+        /// The provider the definition sets.
+        provider: String,
+        /// The configuration file consulted.
+        config: PathBuf,
     },
     /// A claude-cli agent was bound for a root (non-delegated) invocation.
     #[error(

@@ -1,7 +1,10 @@
 //! `rho agents`: list the catalog, validate definition files, print the frontmatter schema.
 //!
 //! Invariant: `list` shows exactly the catalog planning would use from this directory (same
-//! sources, same trust decision), and `validate` uses the same parser as discovery.
+//! sources, same trust decision), and `validate` uses the same parser as discovery. `list
+//! --json` also shows, per agent, what binding it for a workflow node would grant and withhold.
+//! Exit codes: a file that cannot be read is an I/O problem (1); a file that reads but breaks a
+//! rule is invalid (2).
 
 use std::fmt::Write as _;
 use std::io::Write as _;
@@ -12,11 +15,13 @@ use rho_policy::{CurrentTrust, TrustKind, TrustOverrides, TrustStore};
 use serde_json::json;
 
 use super::exit::{CliError, CliResult, ExitCode};
+use crate::agents::binder::{WithheldTool, claude_tools, rho_capabilities};
 use crate::agents::{
-    AgentError, Catalog, CatalogEntry, CatalogSources, ModelSelection, Reasoning, ToolRequest,
-    fingerprint, load_definition_file, schema,
+    AgentError, Catalog, CatalogEntry, CatalogSources, HostCapabilities, Invocation,
+    ModelSelection, Reasoning, Runtime, ToolRequest, fingerprint, load_definition_file, schema,
 };
 use crate::paths::{self, RhoHome};
+use crate::workflow::plan::agents::workflow_host_capabilities;
 
 /// Inspect and validate agent definitions.
 #[derive(Debug, Args)]
@@ -84,16 +89,22 @@ pub fn project_agents_trusted(home: &RhoHome, workspace: &Path) -> Result<bool, 
     Ok(current.allows(TrustKind::ProjectAgents))
 }
 
+/// Whether an agent error is an I/O problem (a file or directory could not be read) rather
+/// than an invalid definition.
+fn is_io(err: &AgentError) -> bool {
+    match err {
+        AgentError::Read { .. } => true,
+        AgentError::Catalog { errors } => errors.iter().all(is_io),
+        _ => false,
+    }
+}
+
 /// The exit code for an agent error: unreadable files are operational, the rest invalid.
 fn agent_error(err: &AgentError) -> CliError {
-    let code = match err {
-        AgentError::Read { .. } => ExitCode::Operational,
-        AgentError::Catalog { errors }
-            if errors.iter().all(|e| matches!(e, AgentError::Read { .. })) =>
-        {
-            ExitCode::Operational
-        }
-        _ => ExitCode::Invalid,
+    let code = if is_io(err) {
+        ExitCode::Operational
+    } else {
+        ExitCode::Invalid
     };
     CliError::with_code(code, with_sources(err))
 }
@@ -127,7 +138,7 @@ fn list(as_json: bool, workflow_dir: Option<PathBuf>) -> CliResult {
         );
     }
     let text = if as_json {
-        list_json(&catalog)?
+        list_json(&catalog, &workflow_host_capabilities())?
     } else {
         list_table(&catalog)
     };
@@ -180,7 +191,30 @@ fn list_table(catalog: &Catalog) -> String {
     out
 }
 
-fn list_json(catalog: &Catalog) -> Result<String, CliError> {
+/// What binding `entry` for a workflow node grants from `host`: `tools` (the bound set),
+/// `withheld` (listed but left out, with the reason) and `error` (why binding the tools
+/// fails). claude-cli tool lists pass through, except nested `Task`, which stays disallowed.
+fn workflow_binding(entry: &CatalogEntry, host: &HostCapabilities) -> serde_json::Value {
+    let listed = |withheld: &[WithheldTool]| -> Vec<serde_json::Value> {
+        withheld
+            .iter()
+            .map(|w| json!({"name": w.name, "reason": w.reason.as_str()}))
+            .collect()
+    };
+    let def = &entry.definition;
+    if def.runtime == Runtime::ClaudeCli {
+        let (allowed, withheld) = claude_tools(def);
+        return json!({"tools": allowed, "withheld": listed(&withheld), "error": null});
+    }
+    match rho_capabilities(def, host, Invocation::Delegated) {
+        Ok(grant) => {
+            json!({"tools": grant.granted, "withheld": listed(&grant.withheld), "error": null})
+        }
+        Err(e) => json!({"tools": null, "withheld": [], "error": e.to_string()}),
+    }
+}
+
+fn list_json(catalog: &Catalog, host: &HostCapabilities) -> Result<String, CliError> {
     let agents: Vec<serde_json::Value> = catalog
         .entries()
         .map(|e| {
@@ -217,6 +251,7 @@ fn list_json(catalog: &Catalog) -> Result<String, CliError> {
                 "inherit_claude_config": def.inherit_claude_config,
                 "fingerprint": e.fingerprint,
                 "overrides": overrides,
+                "workflow_binding": workflow_binding(e, host),
             })
         })
         .collect();
@@ -232,6 +267,7 @@ fn list_json(catalog: &Catalog) -> Result<String, CliError> {
 fn validate(files: &[PathBuf]) -> CliResult {
     let mut out = String::new();
     let mut failures = Vec::new();
+    let (mut invalid, mut unreadable) = (0, 0);
     for file in files {
         match load_definition_file(file).and_then(|def| fingerprint(&def).map(|f| (def, f))) {
             Ok((def, fp)) => {
@@ -243,20 +279,44 @@ fn validate(files: &[PathBuf]) -> CliResult {
                     def.runtime
                 );
             }
-            Err(e) => failures.push(with_sources(&e)),
+            Err(e) => {
+                if is_io(&e) {
+                    unreadable += 1;
+                } else {
+                    invalid += 1;
+                }
+                failures.push(with_sources(&e));
+            }
         }
     }
     print_out(&out)?;
     if failures.is_empty() {
-        Ok(ExitCode::Success)
-    } else {
-        let count = failures.len();
-        Err(CliError::invalid(format!(
-            "{}\n{count} of {} definition file(s) invalid",
-            failures.join("\n"),
-            files.len()
-        )))
+        return Ok(ExitCode::Success);
     }
+    let mut summary = Vec::new();
+    if invalid > 0 {
+        summary.push(format!(
+            "{invalid} of {} definition file(s) invalid",
+            files.len()
+        ));
+    }
+    if unreadable > 0 {
+        summary.push(format!(
+            "{unreadable} of {} definition file(s) unreadable",
+            files.len()
+        ));
+    }
+    // A file that could not be read leaves the check incomplete: that is an I/O problem (1),
+    // and it wins over invalid files (2), whose problems are still all listed.
+    let code = if unreadable > 0 {
+        ExitCode::Operational
+    } else {
+        ExitCode::Invalid
+    };
+    Err(CliError::with_code(
+        code,
+        format!("{}\n{}", failures.join("\n"), summary.join(", ")),
+    ))
 }
 
 fn print_out(text: &str) -> Result<(), CliError> {

@@ -3,21 +3,24 @@
 //!
 //! Invariant: project definitions enter the catalog only when the workspace is trusted (or
 //! `RHO_TRUST_PROJECT_AGENTS=1`), and the workflow-local `<workflow_dir>/agents` level wins
-//! over every other level for this plan only.
+//! over every other level for this plan only. A listed tool the binding leaves out is never
+//! dropped silently: it is logged as a warning and kept in [`CatalogAgents::withheld`].
 
 use rho_ipc::program::AgentSetup;
 use rho_policy::PermissionMode;
 
 use super::freeze::AgentResolver;
 use crate::agents::{
-    BindRequest, Catalog, CatalogSources, HostCapabilities, Invocation, bind,
+    BindRequest, Catalog, CatalogSources, HostCapabilities, Invocation, WithheldTool, bind,
     binder::to_agent_setup,
 };
 use crate::config::Config;
 
-/// Capabilities the host offers an agent node at plan time: every built-in capability the
-/// platform has (the platform's shell, not the other one), minus delegation, which the
-/// binder withholds from delegated runs anyway.
+/// Capabilities the host offers an agent node at plan time: every built-in Rho capability
+/// except `shell` (a name the binder resolves to the platform shell) and the other
+/// platform's shell. `agent` and `agents` stay in the set: the binder withholds them from
+/// delegated runs. No extension capability is supplied, so a name outside the Rho vocabulary
+/// fails binding, and a listed `powershell` (on Unix) is withheld.
 pub fn workflow_host_capabilities() -> HostCapabilities {
     let other_shell = if cfg!(windows) { "bash" } else { "powershell" };
     HostCapabilities::new(
@@ -34,6 +37,7 @@ pub struct CatalogAgents<'a> {
     config: &'a Config,
     capabilities: HostCapabilities,
     catalog: Option<Result<Catalog, String>>,
+    withheld: Vec<(String, Vec<WithheldTool>)>,
 }
 
 impl<'a> CatalogAgents<'a> {
@@ -44,7 +48,14 @@ impl<'a> CatalogAgents<'a> {
             config,
             capabilities: workflow_host_capabilities(),
             catalog: None,
+            withheld: Vec::new(),
         }
+    }
+
+    /// For every agent resolved so far that lists tools the binding left out: its id and
+    /// those tools, in resolution order.
+    pub fn withheld(&self) -> &[(String, Vec<WithheldTool>)] {
+        &self.withheld
     }
 }
 
@@ -77,6 +88,75 @@ impl AgentResolver for CatalogAgents<'_> {
             max_turns: None,
         };
         let bound = bind(entry, &request).map_err(|e| e.to_string())?;
+        let withheld = bound.withheld();
+        if !withheld.is_empty() && !self.withheld.iter().any(|(agent, _)| agent == id) {
+            let listed: Vec<String> = withheld.iter().map(ToString::to_string).collect();
+            tracing::warn!(
+                "agent `{id}`: listed tools left out of this plan's binding: {}",
+                listed.join(", ")
+            );
+            self.withheld.push((id.to_owned(), withheld.to_vec()));
+        }
+        // The setup records the bound set, so the read-only rule judges what the agent holds.
         Ok(to_agent_setup(&bound))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::agents::WithheldReason;
+    use crate::paths::RhoHome;
+
+    #[test]
+    fn withheld_tools_are_recorded_and_the_setup_holds_the_bound_set() {
+        let root = tempfile::tempdir().unwrap();
+        let home = RhoHome::at(root.path().join("home"), None);
+        let flow = root.path().join("flow");
+        std::fs::create_dir_all(flow.join("agents")).unwrap();
+        let other_shell = if cfg!(windows) { "bash" } else { "powershell" };
+        std::fs::write(
+            flow.join("agents/look.md"),
+            format!("---\ndescription: d\ntools: [read_file, {other_shell}, agent]\n---\n"),
+        )
+        .unwrap();
+        let config = Config::default();
+        let sources = CatalogSources::new(&home, None, false).with_workflow_dir(&flow);
+        let mut agents = CatalogAgents::new(sources, &config);
+
+        let setup = agents.resolve("look").unwrap();
+        assert_eq!(setup.capabilities, ["read_file"]);
+        assert!(setup.read_only, "the read-only rule sees the bound set");
+        // Resolving twice records once.
+        agents.resolve("look").unwrap();
+        let withheld = agents.withheld();
+        assert_eq!(withheld.len(), 1);
+        assert_eq!(withheld[0].0, "look");
+        let reasons: Vec<_> = withheld[0]
+            .1
+            .iter()
+            .map(|w| (w.name.as_str(), w.reason))
+            .collect();
+        assert_eq!(
+            reasons,
+            [
+                (other_shell, WithheldReason::NotSupplied),
+                ("agent", WithheldReason::Delegation)
+            ]
+        );
+        // An agent that gets what it lists records nothing.
+        agents.resolve("explorer").unwrap();
+        assert_eq!(agents.withheld().len(), 1);
+        // A name outside the vocabulary fails binding.
+        std::fs::write(
+            flow.join("agents/ext.md"),
+            "---\ndescription: d\ntools: [my_ext]\n---\n",
+        )
+        .unwrap();
+        let sources = CatalogSources::new(&home, None, false).with_workflow_dir(&flow);
+        let err = CatalogAgents::new(sources, &config)
+            .resolve("ext")
+            .unwrap_err();
+        assert!(err.contains("unknown tools my_ext"), "{err}");
     }
 }
