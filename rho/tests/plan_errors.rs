@@ -423,3 +423,78 @@ fn a_worker_aborting_for_another_reason_stays_an_operational_error() {
     );
     assert_eq!(env.store_snapshot(), before);
 }
+
+fn mkfifo(env: &Env, rel: &str) {
+    let path = env.ws.join(rel);
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    nix::unistd::mkfifo(&path, nix::sys::stat::Mode::from_bits_truncate(0o755)).unwrap();
+}
+
+/// A FIFO where a module, the entry file or an executable should be is refused at once
+/// (opening it without `O_NONBLOCK` would wait forever for a writer).
+#[test]
+fn fifos_are_refused_not_waited_on() {
+    let env = env_with_plan();
+    mkfifo(&env, "lib/fifo.star");
+    env.write("w.star", &loading("//lib/fifo.star"));
+    assert_invalid(
+        &env,
+        "w.star",
+        &["w.star:1:", "`lib/fifo.star` is a FIFO, not a regular file"],
+    );
+
+    mkfifo(&env, "entry.star");
+    let before = env.store_snapshot();
+    let run = env.rho(&["workflow", "validate", "entry.star"]);
+    assert_eq!(run.code, 2, "{}", run.stderr);
+    assert!(
+        run.stderr
+            .contains("`entry.star` is a FIFO, not a regular file"),
+        "{}",
+        run.stderr
+    );
+    assert_eq!(env.store_snapshot(), before);
+
+    mkfifo(&env, "bin_fifo");
+    env.write("x.star", &workflow(&[cmd("a", "[\"./bin_fifo\"]", "")], ""));
+    assert_invalid(
+        &env,
+        "x.star",
+        &["node `a`", "bin_fifo` is a FIFO, not a regular file"],
+    );
+}
+
+/// Hashing an executable respects the planning wall-time budget: a 20 GB sparse file is not
+/// read to its end.
+#[test]
+fn hashing_a_huge_executable_stops_at_the_wall_budget() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let env = env_with_plan();
+    env.config("[budgets]\nplanner_wall_ms = 800\n");
+    let big = std::fs::File::create(env.ws.join("huge-tool")).unwrap();
+    big.set_len(20 << 30).unwrap();
+    big.set_permissions(std::fs::Permissions::from_mode(0o755))
+        .unwrap();
+    drop(big);
+    env.write(
+        "w.star",
+        &workflow(
+            &[
+                cmd("a", "[\"./huge-tool\"]", ""),
+                cmd("b", "[\"./huge-tool\", \"again\"]", ""),
+            ],
+            "",
+        ),
+    );
+    let stderr = assert_invalid(
+        &env,
+        "w.star",
+        &[
+            "planning budget planner_wall_ms exceeded: accepted limit 800, requested or measured ",
+            "while hashing",
+            "huge-tool",
+        ],
+    );
+    // Reported once, not once per node.
+    assert_eq!(stderr.matches("planning budget").count(), 1, "{stderr}");
+}

@@ -6,7 +6,8 @@
 //! Invariant: every path walked here is opened one component at a time with `O_NOFOLLOW`
 //! from a directory descriptor, so a symbolic link anywhere on the way is refused rather
 //! than followed, and facts are read from the opened descriptor (`fstat`), never from the
-//! path again.
+//! path again. Files whose content is read are opened with `O_NONBLOCK` and refused unless
+//! `fstat` says they are regular, so a FIFO or a device can never block planning.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -15,9 +16,10 @@ use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::fs::FileExt as _;
 use std::path::{Path, PathBuf};
+use std::time::Instant;
 
 use nix::errno::Errno;
-use nix::fcntl::{AtFlags, OFlag, openat};
+use nix::fcntl::{AtFlags, FcntlArg, OFlag, fcntl, openat};
 use nix::sys::stat::{FileStat, Mode, SFlag, fstat, fstatat};
 use rho_ipc::program::{FileIdentity, FileLocation};
 use sha2::{Digest as _, Sha256};
@@ -60,6 +62,14 @@ pub enum IdentityError {
         component: String,
         /// The error number.
         errno: Errno,
+    },
+    /// A file whose content is needed is a FIFO, a device, a socket or a directory.
+    #[error("`{path}` is {kind}, not a regular file")]
+    NotRegular {
+        /// The path as walked.
+        path: String,
+        /// What it is instead (`a FIFO`, `a directory`, ...).
+        kind: &'static str,
     },
     /// Reading or inspecting an opened file failed.
     #[error("cannot read `{path}`")]
@@ -122,6 +132,20 @@ impl FileFacts {
     /// A directory.
     pub fn is_dir(&self) -> bool {
         self.file_type() == SFlag::S_IFDIR.bits()
+    }
+
+    /// What kind of file this is, with its article (`a regular file`, `a FIFO`, ...).
+    pub fn kind(&self) -> &'static str {
+        match self.file_type() {
+            t if t == SFlag::S_IFREG.bits() => "a regular file",
+            t if t == SFlag::S_IFDIR.bits() => "a directory",
+            t if t == SFlag::S_IFIFO.bits() => "a FIFO",
+            t if t == SFlag::S_IFCHR.bits() => "a character device",
+            t if t == SFlag::S_IFBLK.bits() => "a block device",
+            t if t == SFlag::S_IFSOCK.bits() => "a socket",
+            t if t == SFlag::S_IFLNK.bits() => "a symbolic link",
+            _ => "a file of unknown type",
+        }
     }
 
     /// A symbolic link (only seen through `fstatat(AT_SYMLINK_NOFOLLOW)`).
@@ -239,6 +263,47 @@ pub fn open_absolute_nofollow(path: &Path, flags: OFlag) -> Result<OwnedFd, Iden
     open_nofollow_in(root.as_fd(), rel, flags).map_err(|e| prefix_component(e, "/"))
 }
 
+/// Flags for opening a file whose content will be read: `O_NONBLOCK` so that opening a FIFO
+/// (which would wait for a writer) or a device returns at once, `O_NOCTTY` so that a
+/// terminal never becomes the controlling one.
+const READ_CONTENT_FLAGS: OFlag = OFlag::O_RDONLY
+    .union(OFlag::O_NOCTTY)
+    .union(OFlag::O_NONBLOCK);
+
+/// Opens `rel` below `dir` like [`open_nofollow_in`] for reading its content, and refuses
+/// anything but a regular file (naming what it is) before a byte is read. The returned
+/// descriptor is blocking again.
+pub fn open_regular_in(dir: BorrowedFd<'_>, rel: &str) -> Result<OwnedFd, IdentityError> {
+    let fd = open_nofollow_in(dir, rel, READ_CONTENT_FLAGS)?;
+    require_regular(fd, rel)
+}
+
+/// Opens an absolute path like [`open_absolute_nofollow`] for reading its content, refusing
+/// anything but a regular file.
+pub fn open_regular_absolute(path: &Path) -> Result<OwnedFd, IdentityError> {
+    let fd = open_absolute_nofollow(path, READ_CONTENT_FLAGS)?;
+    require_regular(fd, &path.to_string_lossy())
+}
+
+/// Checks with `fstat` that `fd` is a regular file, then clears `O_NONBLOCK`.
+fn require_regular(fd: OwnedFd, shown: &str) -> Result<OwnedFd, IdentityError> {
+    let read_error = |source: io::Error| IdentityError::Read {
+        path: shown.to_owned(),
+        source,
+    };
+    let facts = FileFacts::of(fd.as_fd()).map_err(read_error)?;
+    if !facts.is_regular() {
+        return Err(IdentityError::NotRegular {
+            path: shown.to_owned(),
+            kind: facts.kind(),
+        });
+    }
+    let flags = fcntl(&fd, FcntlArg::F_GETFL).map_err(|e| read_error(e.into()))?;
+    let flags = OFlag::from_bits_truncate(flags) - OFlag::O_NONBLOCK;
+    fcntl(&fd, FcntlArg::F_SETFL(flags)).map_err(|e| read_error(e.into()))?;
+    Ok(fd)
+}
+
 fn prefix_component(err: IdentityError, prefix: &str) -> IdentityError {
     match err {
         IdentityError::Symlink { component } => IdentityError::Symlink {
@@ -295,15 +360,31 @@ pub struct ContentDigest {
     pub head: Vec<u8>,
 }
 
+/// Bytes read per chunk while hashing; the deadline is checked between chunks.
+const HASH_CHUNK_BYTES: usize = 64 * 1024;
+
 /// SHA-256 of everything readable from `fd`, read with positional reads from offset 0 (the
 /// descriptor's own offset is left alone).
 pub fn hash_fd(fd: BorrowedFd<'_>) -> io::Result<ContentDigest> {
+    hash_fd_until(fd, None)
+}
+
+/// [`hash_fd`] that gives up once `deadline` has passed (checked before every chunk), with an
+/// error of kind [`io::ErrorKind::TimedOut`]: hashing a huge (or sparse) file cannot outlast
+/// the caller's time budget by more than one chunk.
+pub fn hash_fd_until(fd: BorrowedFd<'_>, deadline: Option<Instant>) -> io::Result<ContentDigest> {
     let file = File::from(fd.try_clone_to_owned()?);
     let mut hasher = Sha256::new();
-    let mut buf = vec![0_u8; 64 * 1024];
+    let mut buf = vec![0_u8; HASH_CHUNK_BYTES];
     let mut offset: u64 = 0;
     let mut head = Vec::new();
     loop {
+        if deadline.is_some_and(|d| Instant::now() >= d) {
+            return Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!("the time budget ran out after hashing {offset} bytes"),
+            ));
+        }
         let n = match file.read_at(&mut buf, offset) {
             Ok(0) => break,
             Ok(n) => n,
@@ -339,12 +420,18 @@ impl DigestCache {
         Self::default()
     }
 
-    /// The digest of the open file `fd` whose facts are `facts`.
-    pub fn digest(&mut self, fd: BorrowedFd<'_>, facts: &FileFacts) -> io::Result<ContentDigest> {
+    /// The digest of the open file `fd` whose facts are `facts`, hashed before `deadline`
+    /// (see [`hash_fd_until`]).
+    pub fn digest(
+        &mut self,
+        fd: BorrowedFd<'_>,
+        facts: &FileFacts,
+        deadline: Option<Instant>,
+    ) -> io::Result<ContentDigest> {
         if let Some(hit) = self.entries.get(facts) {
             return Ok(hit.clone());
         }
-        let digest = hash_fd(fd)?;
+        let digest = hash_fd_until(fd, deadline)?;
         self.entries.insert(*facts, digest.clone());
         Ok(digest)
     }
@@ -592,5 +679,33 @@ mod tests {
             check_identity(fd.as_fd(), &frozen).unwrap(),
             Err(IdentityMismatch::Content { .. })
         ));
+    }
+
+    #[test]
+    fn content_opens_refuse_fifos_and_directories_without_blocking() {
+        let dir = tempfile::tempdir().unwrap();
+        nix::unistd::mkfifo(&dir.path().join("pipe"), Mode::from_bits_truncate(0o644)).unwrap();
+        std::fs::create_dir(dir.path().join("sub")).unwrap();
+        std::fs::write(dir.path().join("f"), b"x").unwrap();
+        let base = open_dir(dir.path()).unwrap();
+        let err = open_regular_in(base.as_fd(), "pipe").unwrap_err();
+        assert_eq!(err.to_string(), "`pipe` is a FIFO, not a regular file");
+        let err = open_regular_in(base.as_fd(), "sub").unwrap_err();
+        assert_eq!(err.to_string(), "`sub` is a directory, not a regular file");
+        let fd = open_regular_in(base.as_fd(), "f").unwrap();
+        let flags = OFlag::from_bits_truncate(fcntl(&fd, FcntlArg::F_GETFL).unwrap());
+        assert!(!flags.contains(OFlag::O_NONBLOCK));
+    }
+
+    #[test]
+    fn hashing_stops_at_a_passed_deadline() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("f"), b"abc").unwrap();
+        let base = open_dir(dir.path()).unwrap();
+        let fd = open_regular_in(base.as_fd(), "f").unwrap();
+        let err = hash_fd_until(fd.as_fd(), Some(Instant::now())).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::TimedOut);
+        let later = Instant::now() + std::time::Duration::from_hours(1);
+        assert_eq!(hash_fd_until(fd.as_fd(), Some(later)).unwrap().size, 3);
     }
 }

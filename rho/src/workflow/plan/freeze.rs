@@ -20,7 +20,7 @@ use rho_ipc::program::{
 };
 
 use super::checks;
-use super::resolve::Resolver;
+use super::resolve::{ResolveError, Resolver};
 
 /// The planner's name in every program.
 pub const PLANNER_NAME: &str = "rho-planner";
@@ -130,6 +130,10 @@ pub fn freeze(
             &mut agent_errors,
         ) {
             Ok(frozen) => nodes.push(frozen),
+            // Out of time: every later node would fail the same way; report it once.
+            Err(d) if d.iter().any(is_wall_time) => {
+                return Err(d.into_iter().filter(is_wall_time).collect());
+            }
             Err(mut d) => diagnostics.append(&mut d),
         }
     }
@@ -243,9 +247,7 @@ fn freeze_node(
             }
             let program = resolver
                 .executable(argv0)
-                .map_err(|e| {
-                    diagnostics.push(node_diag(node, "executable", format!("executable: {e}")));
-                })
+                .map_err(|e| diagnostics.push(executable_diag(node, "executable", &e)))
                 .ok();
             let cwd = resolver
                 .directory(cwd)
@@ -277,13 +279,7 @@ fn freeze_node(
             budget("expanded_argv_bytes", static_bytes, &mut diagnostics);
             let program = resolver
                 .executable(executable)
-                .map_err(|e| {
-                    diagnostics.push(node_diag(
-                        node,
-                        "executable",
-                        format!("shell executable: {e}"),
-                    ));
-                })
+                .map_err(|e| diagnostics.push(executable_diag(node, "shell executable", &e)))
                 .ok();
             let cwd = resolver
                 .directory(cwd)
@@ -322,6 +318,31 @@ fn freeze_node(
         output: node.output.clone(),
         execution,
     })
+}
+
+/// An executable that cannot be frozen; running out of wall time while hashing it is the
+/// `planner_wall_ms` budget, not a problem of the file.
+fn executable_diag(node: &EvaluatedNode, what: &str, error: &ResolveError) -> Diagnostic {
+    let mut diagnostic = node_diag(
+        node,
+        if matches!(error, ResolveError::WallTime { .. }) {
+            "budget"
+        } else {
+            "executable"
+        },
+        format!("{what}: {error}"),
+    );
+    if let ResolveError::WallTime { overrun, .. } = error {
+        diagnostic.budget = Some(overrun.clone());
+    }
+    diagnostic
+}
+
+fn is_wall_time(diagnostic: &Diagnostic) -> bool {
+    diagnostic
+        .budget
+        .as_ref()
+        .is_some_and(|b| b.name == "planner_wall_ms")
 }
 
 fn command_access(node: &EvaluatedNode, diagnostics: &mut Vec<Diagnostic>) -> Access {

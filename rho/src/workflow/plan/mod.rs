@@ -306,6 +306,7 @@ pub fn sandbox_warnings(mode: &SandboxMode, missing: &[&str]) -> Vec<String> {
 
 /// Runs the whole pipeline up to (not including) storage.
 pub fn plan(input: &PlanInput<'_>) -> Result<Planned, PlanError> {
+    let started = std::time::Instant::now();
     let settings = PlanSettings::from_config(input.config)?;
     let budgets = &settings.budgets;
 
@@ -346,7 +347,11 @@ pub fn plan(input: &PlanInput<'_>) -> Result<Planned, PlanError> {
         input.workspace,
         workspace_fd.as_fd(),
         input.process.search_path.as_deref(),
-    );
+    )
+    .with_wall_clock(resolve::WallClock {
+        started,
+        limit_ms: budgets.planner_wall_ms,
+    });
     let catalog_sources = CatalogSources::new(
         input.home,
         Some(input.workspace.to_owned()),

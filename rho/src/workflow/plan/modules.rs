@@ -3,7 +3,8 @@
 //!
 //! Label rules (language.md): `//` prefix, `/` separators, `.star` suffix, no empty part, no
 //! `.` or `..`, no backslash, no colon, not absolute. Files are opened one component at a
-//! time with `O_NOFOLLOW` from the workspace directory, must be regular UTF-8 files, and
+//! time with `O_NOFOLLOW` from the workspace directory and with `O_NONBLOCK` (a FIFO is
+//! refused, never waited on), must be regular UTF-8 files, and
 //! count against the `source_bytes`, `module_count` and `module_depth` budgets.
 //!
 //! Invariant: the host never parses Starlark. It only reads bytes, checks labels and budgets,
@@ -14,13 +15,12 @@ use std::io::Read as _;
 use std::os::fd::{AsFd as _, BorrowedFd};
 use std::path::Path;
 
-use nix::fcntl::OFlag;
 use rho_ipc::budget::Budgets;
 use rho_ipc::evaluated::SourceSpan;
 use rho_ipc::message::{Diagnostic, ModuleRequest, ModuleResponse};
 use rho_ipc::program::SourceEntry;
 
-use crate::workflow::identity::{FileFacts, IdentityError, open_nofollow_in};
+use crate::workflow::identity::{FileFacts, IdentityError, open_regular_in};
 
 /// A source served to the planner.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -223,7 +223,7 @@ impl<'a> ModuleService<'a> {
     }
 
     fn read(&mut self, label: &str, rel: &str) -> Result<ServedSource, Refusal> {
-        let fd = open_nofollow_in(self.workspace, rel, OFlag::O_RDONLY).map_err(|e| match e {
+        let fd = open_regular_in(self.workspace, rel).map_err(|e| match e {
             IdentityError::Symlink { component } => Refusal::new(
                 "module_symlink",
                 format!("module `{label}`: path component `{component}` is a symbolic link; module paths may not contain links"),
@@ -235,6 +235,10 @@ impl<'a> ModuleService<'a> {
                 } else {
                     format!("module `{label}` not found: `{component}` does not exist in the workspace")
                 },
+            ),
+            IdentityError::NotRegular { kind, .. } => Refusal::new(
+                "module_file",
+                format!("module `{label}`: `{rel}` is {kind}, not a regular file"),
             ),
             other => Refusal::new("module_file", format!("module `{label}`: {other}")),
         })?;

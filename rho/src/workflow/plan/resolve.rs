@@ -3,20 +3,24 @@
 //! directories, each frozen as an identity.
 //!
 //! Invariant: an identity is frozen from the opened file (fstat and content digest of the
-//! descriptor, opened without following links along its canonical path), never from a
-//! second lookup of the path; each distinct file is hashed once per plan.
+//! descriptor, opened without following links along its canonical path, non-blocking so a
+//! FIFO is refused rather than waited on), never from a second lookup of the path; each
+//! distinct file is hashed once per plan, and hashing stops when the `planner_wall_ms`
+//! deadline passes.
 
 use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::os::fd::{AsFd as _, BorrowedFd};
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 use nix::fcntl::OFlag;
+use rho_ipc::budget::BudgetOverrun;
 use rho_ipc::program::{FileIdentity, FrozenDirectory, FrozenExecutable, FrozenInterpreter};
 
 use crate::workflow::identity::{
-    DigestCache, FileFacts, HEAD_BYTES, IdentityError, location_of, open_absolute_nofollow,
-    open_nofollow_in, relative_parts,
+    DigestCache, FileFacts, HEAD_BYTES, IdentityError, location_of, open_nofollow_in,
+    open_regular_absolute, relative_parts,
 };
 
 /// The search path used when the planning process has no `PATH`.
@@ -44,10 +48,23 @@ pub enum ResolveError {
         path: String,
     },
     /// Not a regular file.
-    #[error("`{path}` is not a regular file")]
+    #[error("`{path}` is {kind}, not a regular file")]
     NotRegular {
         /// The path.
         path: String,
+        /// What it is instead (`a FIFO`, `a directory`, ...).
+        kind: &'static str,
+    },
+    /// The `planner_wall_ms` budget ran out while a file was being hashed.
+    #[error(
+        "{overrun} while hashing `{path}` (the budget covers the whole planning pipeline, \
+         hashing executables included)"
+    )]
+    WallTime {
+        /// The file being hashed.
+        path: String,
+        /// `planner_wall_ms`, its limit and the milliseconds spent.
+        overrun: BudgetOverrun,
     },
     /// No execute permission bit.
     #[error("`{path}` is not executable (no execute permission)")]
@@ -81,12 +98,38 @@ pub enum ResolveError {
     },
 }
 
+/// When planning started and its `planner_wall_ms` budget: the host's hashing stops at the
+/// same deadline the worker's watchdog enforces on evaluation.
+#[derive(Debug, Clone, Copy)]
+pub struct WallClock {
+    /// When planning started.
+    pub started: Instant,
+    /// `planner_wall_ms`.
+    pub limit_ms: u64,
+}
+
+impl WallClock {
+    fn deadline(&self) -> Instant {
+        self.started + Duration::from_millis(self.limit_ms)
+    }
+
+    fn overrun(&self) -> BudgetOverrun {
+        let spent = u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX);
+        BudgetOverrun {
+            name: "planner_wall_ms".to_owned(),
+            limit: self.limit_ms,
+            measured: spent.max(self.limit_ms.saturating_add(1)),
+        }
+    }
+}
+
 /// Resolves and freezes files for one plan, caching by what was asked and by file identity.
 #[derive(Debug)]
 pub struct Resolver<'a> {
     workspace: &'a Path,
     workspace_fd: BorrowedFd<'a>,
     search_path: String,
+    clock: Option<WallClock>,
     digests: DigestCache,
     executables: HashMap<String, Result<FrozenExecutable, ResolveError>>,
     directories: HashMap<String, Result<FrozenDirectory, ResolveError>>,
@@ -114,10 +157,18 @@ impl<'a> Resolver<'a> {
             workspace,
             workspace_fd,
             search_path,
+            clock: None,
             digests: DigestCache::new(),
             executables: HashMap::new(),
             directories: HashMap::new(),
         }
+    }
+
+    /// Stops hashing (with [`ResolveError::WallTime`]) once `clock`'s budget has run out.
+    #[must_use]
+    pub fn with_wall_clock(mut self, clock: WallClock) -> Self {
+        self.clock = Some(clock);
+        self
     }
 
     /// Freezes the executable `argv0` as written (bare name, relative or absolute path).
@@ -202,9 +253,13 @@ impl<'a> Resolver<'a> {
                 problem: e.to_string(),
             },
         })?;
-        let fd = open_absolute_nofollow(&canonical, OFlag::O_RDONLY).map_err(|e| match e {
+        let fd = open_regular_absolute(&canonical).map_err(|e| match e {
             IdentityError::NotFound { .. } => ResolveError::Missing {
                 path: shown.clone(),
+            },
+            IdentityError::NotRegular { kind, .. } => ResolveError::NotRegular {
+                path: shown.clone(),
+                kind,
             },
             IdentityError::Open {
                 errno: nix::errno::Errno::EACCES,
@@ -223,18 +278,33 @@ impl<'a> Resolver<'a> {
             problem: e.to_string(),
         })?;
         if !facts.is_regular() {
-            return Err(ResolveError::NotRegular { path: shown });
+            return Err(ResolveError::NotRegular {
+                path: shown,
+                kind: facts.kind(),
+            });
         }
         if !facts.is_executable() {
             return Err(ResolveError::NotExecutable { path: shown });
         }
-        let digest =
-            self.digests
-                .digest(fd.as_fd(), &facts)
-                .map_err(|e| ResolveError::Unreadable {
+        let clock = self.clock;
+        let digest = self
+            .digests
+            .digest(fd.as_fd(), &facts, clock.as_ref().map(WallClock::deadline))
+            .map_err(|e| match clock {
+                Some(clock)
+                    if e.kind() == std::io::ErrorKind::TimedOut
+                        && Instant::now() >= clock.deadline() =>
+                {
+                    ResolveError::WallTime {
+                        path: shown.clone(),
+                        overrun: clock.overrun(),
+                    }
+                }
+                _ => ResolveError::Unreadable {
                     path: shown.clone(),
                     problem: e.to_string(),
-                })?;
+                },
+            })?;
         Ok(Opened {
             identity: FileIdentity {
                 location: location_of(&canonical, self.workspace, &facts),

@@ -511,11 +511,10 @@ fn resource_exhaustion(
     if !(aborted || exited_with_error) {
         return None;
     }
-    let requested = match failed_allocation {
-        Some(size) => size,
-        None if panicked_oom => None,
-        None => return None,
-    };
+    if failed_allocation.is_none() && !panicked_oom {
+        return None;
+    }
+    let requested = failed_allocation;
     let how = if aborted {
         "aborted (SIGABRT)".to_owned()
     } else {
@@ -538,12 +537,15 @@ fn resource_exhaustion(
     })
 }
 
-/// `Some(Some(N))` for `memory allocation of N bytes failed`, `Some(None)` when the size does
-/// not parse, `None` for any other line.
-fn allocation_failure(line: &str) -> Option<Option<u64>> {
+/// `N` of a `memory allocation of N bytes failed` line.
+fn allocation_failure(line: &str) -> Option<u64> {
     let rest = line.trim().strip_prefix("memory allocation of ")?;
     let (bytes, tail) = rest.split_once(' ')?;
-    (tail == "bytes failed").then(|| bytes.parse().ok())
+    if tail == "bytes failed" {
+        bytes.parse().ok()
+    } else {
+        None
+    }
 }
 
 /// `exit status 3`, `killed by signal SIGSEGV (core dumped)`.
@@ -662,7 +664,11 @@ mod tests {
         assert!(resource_exhaustion(exited(101), &panic, 1, 1).is_none());
         assert_eq!(
             allocation_failure("memory allocation of x bytes failed"),
-            Some(None)
+            None
+        );
+        assert_eq!(
+            allocation_failure("memory allocation of 7 bytes failed"),
+            Some(7)
         );
         assert_eq!(allocation_failure("memory allocation of 7 bytes"), None);
     }
