@@ -498,3 +498,194 @@ fn hashing_a_huge_executable_stops_at_the_wall_budget() {
     // Reported once, not once per node.
     assert_eq!(stderr.matches("planning budget").count(), 1, "{stderr}");
 }
+
+/// The output a run may retain (two streams of `max_output_bytes` per node) is bounded by
+/// `retained_output_total_bytes` at plan time.
+#[test]
+fn retained_output_total_is_checked_at_plan_time() {
+    let env = env_with_plan();
+    env.config("[budgets]\nretained_output_total_bytes = 20000\n");
+    // 2 nodes × 2 streams × 4096 = 16384 fits; 3 nodes = 24576 do not.
+    env.write(
+        "fits.star",
+        &workflow(
+            &[cmd("a", "[\"true\"]", ""), cmd("b", "[\"true\"]", "")],
+            "",
+        ),
+    );
+    assert_eq!(env.rho(&["workflow", "validate", "fits.star"]).code, 0);
+    env.write(
+        "w.star",
+        &workflow(
+            &[
+                cmd("a", "[\"true\"]", ""),
+                cmd("b", "[\"true\"]", ""),
+                cmd("c", "[\"true\"]", ""),
+            ],
+            "",
+        ),
+    );
+    assert_invalid(
+        &env,
+        "w.star",
+        &[
+            "planning budget retained_output_total_bytes exceeded: accepted limit 20000, requested or measured 24576",
+            "2 streams times max_output_bytes",
+        ],
+    );
+}
+
+/// A workflow file whose `build` body is `body` (indented already) returning node `a`, with
+/// `inputs` as the declarations.
+fn building(body: &str, inputs: &str) -> String {
+    format!(
+        "def build(inputs):\n{body}    return workflow(name = \"wf\", nodes = [{}])\n\nWORKFLOW = define(inputs = {inputs}, build = build)\n",
+        cmd("a", "[\"true\"]", "")
+    )
+}
+
+/// Errors found by the worker (evaluation) reach the user through the real CLI: exit 2, a
+/// message naming the culprit with its file and line, and a store left as it was.
+#[test]
+fn worker_side_errors_exit_2_and_leave_the_store_untouched() {
+    let env = env_with_plan();
+    let inputs = "{\"target\": input.string(), \"n\": input.integer(default = 1)}";
+    let parens = format!("    x = {}1{}\n", "(".repeat(10_000), ")".repeat(10_000));
+    let many_nodes = "def build(inputs):\n    nodes = []\n    for i in range(1001):\n        nodes.append(command(name = \"n%d\" % i, argv = [\"true\"], timeout_seconds = 60, max_output_bytes = 16))\n    return workflow(name = \"wf\", nodes = nodes)\n\nWORKFLOW = define(inputs = {}, build = build)\n".to_owned();
+    let cases: Vec<(&str, String, Vec<&str>, Vec<&str>)> = vec![
+        (
+            "missing_workflow",
+            building("", "{}").replace("WORKFLOW = ", "OTHER = "),
+            vec![],
+            vec!["missing_workflow.star", "defines no global WORKFLOW"],
+        ),
+        (
+            "duplicate_workflow",
+            building("", "{}") + "WORKFLOW = define(inputs = {}, build = build)\n",
+            vec![],
+            vec!["duplicate_workflow.star:5:", "WORKFLOW is assigned more than once"],
+        ),
+        (
+            "unknown_input",
+            building("", inputs),
+            vec!["--input", "target=\"x\"", "--input", "bogus=1"],
+            vec!["unknown_input.star:4:", "unknown input \"bogus\""],
+        ),
+        (
+            "missing_input",
+            building("", inputs),
+            vec![],
+            vec!["missing_input.star:4:", "missing required input \"target\""],
+        ),
+        (
+            "mistyped_input",
+            building("", inputs),
+            vec!["--input", "target=\"x\"", "--input", "n=\"three\""],
+            vec!["mistyped_input.star:4:", "input \"n\" must be an integer"],
+        ),
+        (
+            "invalid_node_name",
+            building("", "{}").replace("name = \"a\"", "name = \"Bad Name\""),
+            vec![],
+            vec!["invalid_node_name.star:2:", "invalid node name \"Bad Name\""],
+        ),
+        (
+            "duplicate_node_name",
+            building("", "{}").replace("nodes = [", &format!("nodes = [{}, ", cmd("a", "[\"true\"]", ""))),
+            vec![],
+            vec!["duplicate_node_name.star:2:", "duplicate node name \"a\""],
+        ),
+        (
+            "deep_condition",
+            building(
+                "    c = condition.equals(status(\"a\"), \"success\")\n    for i in range(12):\n        c = condition.not_(c)\n",
+                "{}",
+            )
+            .replace(
+                "nodes = [",
+                &format!("nodes = [{}, ", cmd("b", "[\"true\"]", ", needs = [\"a\"], when = c")),
+            ),
+            vec![],
+            vec![
+                "deep_condition.star:",
+                "planning budget condition_depth exceeded: accepted limit 8, requested or measured 9",
+            ],
+        ),
+        (
+            "recursion",
+            "def f(n):\n    return f(n + 1)\n\n".to_owned() + &building("    f(0)\n", "{}"),
+            vec![],
+            vec![
+                "recursion.star:2:",
+                "planning budget call_stack_depth exceeded: accepted limit 25",
+            ],
+        ),
+        (
+            "huge_string",
+            building("    s = 'a' * 1000000000\n", "{}"),
+            vec![],
+            vec![
+                "huge_string.star:2:",
+                "planning budget string_bytes exceeded: accepted limit 1000000, requested or measured 1000000000",
+            ],
+        ),
+        (
+            "list_bomb",
+            building("    l = [0] * 1000000000\n", "{}"),
+            vec![],
+            vec![
+                "list_bomb.star:2:",
+                "planning budget list_items exceeded: accepted limit 10000, requested or measured 1000000000",
+            ],
+        ),
+        (
+            "dict_bomb",
+            building("", "{}").replace(
+                "])\n",
+                "], exports = {\"e%d\" % i: status(\"a\") for i in range(20000)})\n",
+            ),
+            vec![],
+            vec!["planning budget dict_items exceeded: accepted limit 10000"],
+        ),
+        (
+            "nested_parentheses",
+            building(&parens, "{}"),
+            vec![],
+            vec![
+                "nested_parentheses.star:2:",
+                "planning budget source_nesting_depth exceeded: accepted limit 100",
+            ],
+        ),
+        (
+            "too_many_nodes",
+            many_nodes,
+            vec![],
+            vec![
+                "too_many_nodes.star:5:",
+                "planning budget node_count exceeded: accepted limit 1000, requested or measured 1001",
+            ],
+        ),
+    ];
+    let plans_before = env.plan_dirs();
+    assert_eq!(plans_before.len(), 1);
+    for (name, source, extra, needles) in cases {
+        let file = format!("{name}.star");
+        env.write(&file, &source);
+        let before = env.store_snapshot();
+        let mut args = vec!["workflow", "plan", file.as_str()];
+        args.extend(extra.iter().copied());
+        let run = env.rho(&args);
+        assert_eq!(run.code, 2, "{name}: {}", run.stderr);
+        for needle in needles {
+            assert!(
+                run.stderr.contains(needle),
+                "{name}: missing `{needle}` in:\n{}",
+                run.stderr
+            );
+        }
+        assert!(run.stdout.is_empty(), "{name}: {}", run.stdout);
+        assert!(!run.stderr.contains("panicked"), "{name}: {}", run.stderr);
+        assert_eq!(env.store_snapshot(), before, "{name}: the store changed");
+    }
+    assert_eq!(env.plan_dirs(), plans_before);
+}

@@ -52,6 +52,21 @@ fn budget_diag(
         .map(|overrun| Diagnostic::budget(overrun).at(span.cloned()))
 }
 
+/// Output streams each node may retain, each up to its `max_output_bytes`: stdout and
+/// stderr for commands and shells; an agent's runtime output is bounded the same way.
+pub const RETAINED_STREAMS_PER_NODE: u64 = 2;
+
+/// The most output a run of `workflow` can retain: for every node, its streams times its
+/// `max_output_bytes` (saturating), checked against `retained_output_total_bytes`.
+pub fn retained_output_bound(workflow: &EvaluatedWorkflow) -> u64 {
+    workflow.nodes.iter().fold(0_u64, |sum, node| {
+        sum.saturating_add(
+            node.max_output_bytes
+                .saturating_mul(RETAINED_STREAMS_PER_NODE),
+        )
+    })
+}
+
 /// Names, counts, bounds and needs. When these fail, later checks are skipped.
 pub fn structure(workflow: &EvaluatedWorkflow, budgets: &Budgets) -> Vec<Diagnostic> {
     let mut out = Vec::new();
@@ -118,6 +133,18 @@ pub fn structure(workflow: &EvaluatedWorkflow, budgets: &Budgets) -> Vec<Diagnos
         ) {
             out.push(prefixed(d, &node.name));
         }
+    }
+    if let Some(mut d) = budget_diag(
+        budgets,
+        "retained_output_total_bytes",
+        retained_output_bound(workflow),
+        wf_span,
+    ) {
+        d.message = format!(
+            "{} (the sum over all nodes of {RETAINED_STREAMS_PER_NODE} streams times max_output_bytes)",
+            d.message
+        );
+        out.push(d);
     }
     let mut edges: u64 = 0;
     for node in &workflow.nodes {
@@ -684,6 +711,37 @@ mod tests {
                 .iter()
                 .any(|m| m.starts_with("duplicate node name `b`")),
             "{messages:?}"
+        );
+    }
+
+    #[test]
+    fn retained_output_total_counts_two_streams_per_node() {
+        let mut agent = node("c", &[]);
+        agent.execution = EvaluatedExecution::Agent {
+            agent: "reviewer".into(),
+            prompt: Template::text("x"),
+        };
+        let wf = workflow(vec![node("a", &[]), node("b", &[]), agent]);
+        assert_eq!(retained_output_bound(&wf), 600);
+        let mut budgets = Budgets {
+            retained_output_total_bytes: 600,
+            ..Budgets::default()
+        };
+        assert!(structure(&wf, &budgets).is_empty());
+        budgets.retained_output_total_bytes = 599;
+        let diags = structure(&wf, &budgets);
+        assert_eq!(diags.len(), 1, "{diags:?}");
+        assert_eq!(
+            diags[0]
+                .budget
+                .as_ref()
+                .map(|b| (b.name.as_str(), b.limit, b.measured)),
+            Some(("retained_output_total_bytes", 599, 600))
+        );
+        assert!(
+            diags[0]
+                .message
+                .contains("2 streams times max_output_bytes")
         );
     }
 

@@ -289,6 +289,13 @@ impl Planned {
     }
 }
 
+/// The warnings for a stored plan, from its manifest's sandbox record (what `graph`, `run`
+/// and `resume` show for a plan made by a degraded worker).
+pub fn recorded_sandbox_warnings(record: &SandboxRecord) -> Vec<String> {
+    let missing: Vec<&str> = record.missing.iter().map(String::as_str).collect();
+    sandbox_warnings(&record.mode, &missing)
+}
+
 /// The warning for a plan evaluated without every protection.
 pub fn sandbox_warnings(mode: &SandboxMode, missing: &[&str]) -> Vec<String> {
     if missing.is_empty() {
@@ -325,6 +332,16 @@ pub fn plan(input: &PlanInput<'_>) -> Result<Planned, PlanError> {
     let entry_source = service
         .load_entry(&entry.label)
         .map_err(|refusal| PlanError::invalid(refusal.into_diagnostic(None)))?;
+
+    // Input nesting is checked here too, before the worker sees the values, so that the
+    // error can name the input (the worker's check only knows the deepest value).
+    for (name, value) in &input.inputs {
+        if let Err(overrun) = budgets.check("input_depth", value.depth() as u64) {
+            let mut diagnostic = Diagnostic::budget(overrun);
+            diagnostic.message = format!("input `{name}`: {}", diagnostic.message);
+            return Err(PlanError::invalid(diagnostic));
+        }
+    }
 
     // Evaluate in the worker.
     let command = WorkerCommand::locate(
