@@ -168,7 +168,7 @@ fn validate_stores_nothing_and_reports_in_every_format() {
     assert_eq!(run.code, 0, "{}", run.stderr);
     assert!(
         run.stdout
-            .starts_with("ok: workflow `wf` is valid (1 nodes, program_digest sha256:"),
+            .starts_with("ok: workflow `wf` is valid (1 node, program_digest sha256:"),
         "{}",
         run.stdout
     );
@@ -542,6 +542,235 @@ fn a_degraded_worker_plans_only_with_best_effort_and_every_output_warns() {
     let run = env.rho(&["workflow", "graph", id]);
     assert!(
         run.stderr.contains("planner sandbox degraded"),
+        "{}",
+        run.stderr
+    );
+}
+
+/// `rho` marks what it inherited close-on-exec at start-up, so the worker it spawns finds
+/// no descriptor above 2 to close (the shell below leaks fds 7 and 8 into `rho`).
+#[test]
+fn inherited_descriptors_do_not_reach_the_worker() {
+    let env = Env::new();
+    let output = std::process::Command::new("/bin/sh")
+        .args([
+            "-c",
+            "exec 7</dev/null 8>&1; exec \"$0\" doctor --json",
+            plan_support::rho_bin().to_str().unwrap(),
+        ])
+        .current_dir(&env.ws)
+        .env_clear()
+        .env("RHO_HOME", &env.home)
+        .env("PATH", "/usr/bin:/bin")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let doc: serde_json::Value =
+        serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("{e}: {stdout}"));
+    let close_fds = doc["protections"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == "close_fds")
+        .unwrap_or_else(|| panic!("no close_fds protection: {doc}"));
+    assert_eq!(
+        close_fds["detail"], "no descriptor above 2 was open",
+        "{close_fds}"
+    );
+    assert_eq!(doc["open_fds_above_2"], serde_json::json!([]), "{doc}");
+}
+
+/// A plan stored through a best-effort worker that lacked Landlock; returns its id.
+fn degraded_plan(env: &mut Env) -> String {
+    use rho_ipc::evaluated::{EvaluatedExecution, EvaluatedNode, EvaluatedWorkflow};
+    use rho_ipc::message::{PlanResponse, SandboxMode, WorkerMessage};
+    env.write("w.star", &workflow(&[cmd("a", "[\"true\"]", "")], ""));
+    let evaluated = EvaluatedWorkflow {
+        name: "wf".to_owned(),
+        inputs: std::collections::BTreeMap::default(),
+        bound_inputs: std::collections::BTreeMap::default(),
+        nodes: vec![EvaluatedNode {
+            name: "a".to_owned(),
+            needs: vec![],
+            when: None,
+            allow_failure: false,
+            access: None,
+            timeout_seconds: 60,
+            max_output_bytes: 4096,
+            output: None,
+            execution: EvaluatedExecution::Command {
+                argv0: "true".to_owned(),
+                args: vec![],
+                cwd: ".".to_owned(),
+            },
+            span: None,
+        }],
+        exports: std::collections::BTreeMap::default(),
+        span: None,
+    };
+    let fake = scripted_worker(
+        env,
+        &[
+            WorkerMessage::Hardening(report(SandboxMode::BestEffort, None)),
+            WorkerMessage::Planned(PlanResponse::Workflow(evaluated)),
+        ],
+    );
+    env.vars = vec![
+        ("RHO_PLANNER_WORKER".to_owned(), fake.display().to_string()),
+        ("RHO_PLANNER_SANDBOX".to_owned(), "best-effort".to_owned()),
+    ];
+    let id = env.plan_ok("w.star");
+    env.vars.clear();
+    id
+}
+
+#[test]
+fn running_a_degraded_plan_warns_in_every_format_and_list_marks_it() {
+    let mut env = Env::new();
+    let id = degraded_plan(&mut env);
+    let warning = "planner sandbox degraded (RHO_PLANNER_SANDBOX=best-effort): protections not applied: landlock";
+
+    let run = env.rho(&["workflow", "run", &id, "--yes"]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert!(run.stderr.contains(warning), "{}", run.stderr);
+    assert!(
+        run.stdout.contains(&format!("warning: {warning}")),
+        "{}",
+        run.stdout
+    );
+
+    let run = env.rho(&["workflow", "run", &id, "--yes", "--output", "jsonl"]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert!(run.stderr.contains(warning), "{}", run.stderr);
+    let completed: serde_json::Value = run
+        .stdout
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .find(|e| e["event"] == "completed")
+        .unwrap_or_else(|| panic!("no completed event: {}", run.stdout));
+    let warnings = completed["warnings"].as_array().unwrap();
+    assert_eq!(warnings.len(), 1, "{completed}");
+    assert!(
+        warnings[0].as_str().unwrap().starts_with(warning),
+        "{completed}"
+    );
+
+    let list = env.rho(&["workflow", "list"]);
+    assert_eq!(list.code, 0, "{}", list.stderr);
+    let marked: Vec<&str> = list
+        .stdout
+        .lines()
+        .filter(|l| l.contains("[planner sandbox degraded: missing landlock]"))
+        .collect();
+    // The plan and both of its runs.
+    assert_eq!(marked.len(), 3, "{}", list.stdout);
+    assert!(marked.iter().any(|l| l.starts_with(&id)), "{}", list.stdout);
+}
+
+#[test]
+fn a_fully_sandboxed_run_prints_no_sandbox_warning() {
+    let env = Env::new();
+    env.write("w.star", &workflow(&[cmd("a", "[\"true\"]", "")], ""));
+    let id = env.plan_ok("w.star");
+    let run = env.rho(&["workflow", "run", &id, "--yes", "--output", "jsonl"]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert!(!run.stderr.contains("degraded"), "{}", run.stderr);
+    assert!(run.stdout.contains("\"warnings\":[]"), "{}", run.stdout);
+    let list = env.rho(&["workflow", "list"]);
+    assert!(!list.stdout.contains("degraded"), "{}", list.stdout);
+}
+
+#[test]
+fn node_counts_are_pluralized() {
+    let env = Env::new();
+    env.write("one.star", &workflow(&[cmd("a", "[\"true\"]", "")], ""));
+    env.write(
+        "two.star",
+        &workflow(
+            &[cmd("a", "[\"true\"]", ""), cmd("b", "[\"true\"]", "")],
+            "",
+        ),
+    );
+    let run = env.rho(&["workflow", "validate", "one.star"]);
+    assert!(
+        run.stdout.contains("(1 node, program_digest"),
+        "{}",
+        run.stdout
+    );
+    let run = env.rho(&["workflow", "validate", "two.star"]);
+    assert!(
+        run.stdout.contains("(2 nodes, program_digest"),
+        "{}",
+        run.stdout
+    );
+    let run = env.rho(&["workflow", "validate", "one.star", "--output", "github"]);
+    assert!(run.stdout.contains("is valid (1 node)"), "{}", run.stdout);
+}
+
+#[test]
+fn plan_json_reports_errors_as_a_document_and_exits_2() {
+    let env = Env::new();
+    env.write(
+        "w.star",
+        &workflow(&[cmd("a", "[\"true\"]", ", needs = [\"ghost\"]")], ""),
+    );
+    let run = env.rho(&["workflow", "plan", "w.star", "--output", "json"]);
+    assert_eq!(run.code, 2, "{}", run.stderr);
+    let doc: serde_json::Value =
+        serde_json::from_str(&run.stdout).unwrap_or_else(|e| panic!("{e}: {}", run.stdout));
+    assert_eq!(doc["planned"], false, "{doc}");
+    let diagnostic = &doc["diagnostics"][0];
+    assert_eq!(diagnostic["code"], "unknown_need", "{doc}");
+    assert_eq!(diagnostic["file"], "w.star", "{doc}");
+    assert!(diagnostic["line"].as_u64().is_some(), "{doc}");
+    assert!(
+        run.stderr.contains("needs unknown node `ghost`"),
+        "{}",
+        run.stderr
+    );
+    assert!(!env.home.join("workflows/plans").exists());
+
+    // A budget overrun carries its figures.
+    env.config("[budgets]\nnode_count = 0\n");
+    let run = env.rho(&["workflow", "plan", "w.star", "--output", "json"]);
+    assert_eq!(run.code, 2, "{}", run.stderr);
+    let doc: serde_json::Value = serde_json::from_str(&run.stdout).unwrap();
+    assert_eq!(
+        doc["diagnostics"][0]["budget"],
+        serde_json::json!({ "name": "node_count", "limit": 0, "measured": 1 }),
+        "{doc}"
+    );
+}
+
+#[test]
+fn graph_of_an_unknown_id_names_both_kinds() {
+    let env = Env::new();
+    env.write("w.star", &workflow(&[cmd("a", "[\"true\"]", "")], ""));
+    env.plan_ok("w.star");
+    let run = env.rho(&["workflow", "graph", "12345678-1234-4234-8234-123456789abc"]);
+    assert_eq!(run.code, 2, "{}", run.stderr);
+    assert!(
+        run.stderr
+            .contains("no plan or run matches `12345678-1234-4234-8234-123456789abc`"),
+        "{}",
+        run.stderr
+    );
+}
+
+#[test]
+fn input_depth_overrun_names_the_input() {
+    let env = Env::new();
+    env.write(
+        "w.star",
+        "def build(inputs):\n    return workflow(name = \"wf\", nodes = [])\n\nWORKFLOW = define(inputs = {\"deep\": input.string(default = \"\")}, build = build)\n",
+    );
+    let value = format!("deep={}1{}", "[".repeat(25), "]".repeat(25));
+    let run = env.rho(&["workflow", "validate", "w.star", "--input", &value]);
+    assert_eq!(run.code, 2, "{}", run.stderr);
+    assert!(
+        run.stderr.contains(
+            "input `deep`: planning budget input_depth exceeded: accepted limit 20, requested or measured 25"
+        ),
         "{}",
         run.stderr
     );

@@ -2,6 +2,7 @@
 //! function. This module only parses, dispatches and maps results to exit codes.
 
 pub mod agents;
+pub mod descriptors;
 pub mod doctor;
 pub mod exit;
 pub mod trust;
@@ -35,7 +36,12 @@ enum Command {
 
 /// Parses the process arguments, runs the command and returns the exit status.
 pub fn main() -> std::process::ExitCode {
+    // First, before anything opens a descriptor: nothing inherited may reach a child.
+    let inherited = descriptors::mark_inherited_cloexec();
     init_tracing();
+    if let Err(e) = inherited {
+        tracing::warn!("cannot mark inherited descriptors close-on-exec: {e}");
+    }
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(err) => {

@@ -74,15 +74,8 @@ pub fn run_graph(args: &GraphArgs) -> CliResult {
             Err(e) => return Err(store_error(&e)),
         };
         let stored = plans::load(&home, &id).map_err(|e| store_error(&e))?;
-        warn(&crate::workflow::plan::sandbox_warnings(
-            &stored.manifest.sandbox.mode,
-            &stored
-                .manifest
-                .sandbox
-                .missing
-                .iter()
-                .map(String::as_str)
-                .collect::<Vec<_>>(),
+        warn(&crate::workflow::plan::recorded_sandbox_warnings(
+            &stored.manifest.sandbox,
         ));
         stored.program
     };
@@ -100,7 +93,13 @@ fn run_graph_input(
     home: &crate::paths::RhoHome,
     target: &str,
 ) -> Result<(FrozenProgram, NodeStates), CliError> {
-    let id = runs::resolve(home, target).map_err(|e| store_error(&e))?;
+    let id = runs::resolve(home, target).map_err(|e| match e {
+        // The target was tried as a plan first: say that neither kind matched.
+        StoreError::UnknownId { prefix, .. } => CliError::invalid(format!(
+            "no plan or run matches `{prefix}`; `rho workflow list` shows this workspace's ids"
+        )),
+        other => store_error(&other),
+    })?;
     let (run, inspection) =
         crate::workflow::runner::inspect(home, &id).map_err(|e| super::run::run_error(&e))?;
     let manifest = match &inspection.manifest {

@@ -3,7 +3,8 @@
 //! (manifest format 1), marked legacy.
 //!
 //! Invariant: only entries whose recorded workspace is the current canonical workspace are
-//! shown, so two checkouts never see each other's plans; listing never takes a run's lock.
+//! shown, so two checkouts never see each other's plans; listing never takes a run's lock;
+//! a plan made by a degraded planner sandbox (and a run of one) is marked in every format.
 
 use std::fmt::Write as _;
 
@@ -137,9 +138,30 @@ fn plan_table(items: &[serde_json::Value]) -> String {
                 digest,
                 i["name"].as_str().unwrap_or("-")
             );
+            mark_degraded(&mut out, i);
         }
         out
     }
+}
+
+/// Appends ` [planner sandbox degraded: missing ...]` to the row just written when the
+/// plan was evaluated without every protection.
+fn mark_degraded(out: &mut String, item: &serde_json::Value) {
+    let missing: Vec<&str> = item["sandbox_missing"]
+        .as_array()
+        .map(|m| m.iter().filter_map(serde_json::Value::as_str).collect())
+        .unwrap_or_default();
+    if missing.is_empty() {
+        return;
+    }
+    if out.ends_with('\n') {
+        out.pop();
+    }
+    let _ = writeln!(
+        out,
+        "  [planner sandbox degraded: missing {}]",
+        missing.join(", ")
+    );
 }
 
 /// This workspace's runs (format-1 runs included, marked legacy), newest first.
@@ -166,10 +188,15 @@ fn run_items(
                         .and_then(|s| s.root().result.as_ref())
                         .map(|r| r.outcome.as_str().to_owned())
                 });
+                // The run's plan records how its sources were evaluated (nothing to say once
+                // the plan is deleted).
+                let sandbox_missing = plans::manifest(home, &m.plan_id)
+                    .map(|p| p.sandbox.missing)
+                    .unwrap_or_default();
                 json!({
                     "kind": "run", "run_id": m.run_id, "plan_id": m.plan_id, "created_at": m.created_at,
                     "name": m.name, "node_count": m.node_count, "program_digest": m.program_digest,
-                    "lifecycle": lifecycle, "outcome": outcome,
+                    "lifecycle": lifecycle, "outcome": outcome, "sandbox_missing": sandbox_missing,
                 })
             }
             StoredManifest::Legacy(v) if plans::legacy_workspace_path(v) == Some(workspace) => {
@@ -211,6 +238,7 @@ fn run_table(items: &[serde_json::Value]) -> String {
                 i["outcome"].as_str().unwrap_or("-"),
                 i["name"].as_str().unwrap_or("-")
             );
+            mark_degraded(&mut out, i);
         }
         out
     }

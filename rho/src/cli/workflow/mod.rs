@@ -182,12 +182,31 @@ pub fn create_plan(
     file: &Path,
     raw_inputs: &[String],
 ) -> Result<(Planned, PlanManifest), CliError> {
+    try_create_plan(file, raw_inputs)?.map_err(|e| plan_error(&e))
+}
+
+/// [`create_plan`] with the planning error kept whole (for its diagnostics); the outer error
+/// is a usage or environment problem found before planning started.
+pub fn try_create_plan(
+    file: &Path,
+    raw_inputs: &[String],
+) -> Result<Result<(Planned, PlanManifest), PlanError>, CliError> {
     let inputs = parse_inputs(raw_inputs)?;
     let ctx = Context::from_env()?;
-    let planned = ctx.plan(file, inputs).map_err(|e| plan_error(&e))?;
-    warn(&planned.warnings());
-    let manifest = planning::store_plan(&ctx.home, &planned).map_err(|e| plan_error(&e))?;
-    Ok((planned, manifest))
+    Ok(ctx.plan(file, inputs).and_then(|planned| {
+        warn(&planned.warnings());
+        let manifest = planning::store_plan(&ctx.home, &planned)?;
+        Ok((planned, manifest))
+    }))
+}
+
+/// `1 node`, `3 nodes`.
+pub fn node_count_text(count: usize) -> String {
+    if count == 1 {
+        "1 node".to_owned()
+    } else {
+        format!("{count} nodes")
+    }
 }
 
 /// The exit code of a planning error.

@@ -2,14 +2,15 @@
 //! digest (text or JSON).
 //!
 //! Invariant: a plan id is printed only after the plan is stored completely; every output
-//! of a plan made by a degraded planner carries the sandbox warning.
+//! of a plan made by a degraded planner carries the sandbox warning; a failure exits non-zero
+//! in every format (with `--output json`, after a document listing the diagnostics).
 
 use std::path::PathBuf;
 
 use clap::{Args, ValueEnum};
 use serde_json::json;
 
-use super::{InputArgs, create_plan, json_text, print_out};
+use super::{InputArgs, diagnostic_json, json_text, plan_error, print_out, try_create_plan};
 use crate::cli::exit::{CliResult, ExitCode};
 
 /// Output formats of `plan`.
@@ -36,13 +37,29 @@ pub struct PlanArgs {
 
 /// Runs `rho workflow plan`.
 pub fn run_plan(args: &PlanArgs) -> CliResult {
-    let (planned, manifest) = create_plan(&args.file, &args.inputs.inputs)?;
+    let (planned, manifest) = match try_create_plan(&args.file, &args.inputs.inputs)? {
+        Ok(done) => done,
+        Err(error) => {
+            // JSON consumers get a document with the diagnostics, as `validate` gives them;
+            // the error (and its exit code) still goes to stderr for people.
+            if args.output == PlanOutput::Json {
+                let diagnostics: Vec<_> = error.diagnostics().iter().map(diagnostic_json).collect();
+                print_out(&json_text(&json!({
+                    "planned": false,
+                    "warnings": [],
+                    "diagnostics": diagnostics,
+                })))?;
+            }
+            return Err(plan_error(&error));
+        }
+    };
     let text = match args.output {
         PlanOutput::Text => format!(
             "plan_id: {}\nprogram_digest: {}\nname: {}\nnodes: {}\n",
             manifest.plan_id, manifest.program_digest, manifest.name, manifest.node_count
         ),
         PlanOutput::Json => json_text(&json!({
+            "planned": true,
             "plan_id": manifest.plan_id,
             "program_digest": manifest.program_digest,
             "graph_digest": manifest.graph_digest,
@@ -51,6 +68,7 @@ pub fn run_plan(args: &PlanArgs) -> CliResult {
             "created_at": manifest.created_at,
             "sources": manifest.sources,
             "warnings": planned.warnings(),
+            "diagnostics": [],
         })),
     };
     print_out(&text)?;

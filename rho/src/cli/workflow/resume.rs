@@ -63,7 +63,14 @@ pub fn run_resume(args: &ResumeArgs) -> CliResult {
     confirm(&manifest.plan_id, &manifest.program_digest, args.yes)?;
     let (mode, source) = resume_mode(recorded.permission_mode, selection);
     let run_ctx = run_context(&ctx, mode)?;
-    let mut sink = Progress::new(args.output, mode, source, program.root.nodes.len());
+    // The run's plan records how its sources were evaluated; a degraded planner is repeated
+    // on every output. (A deleted plan leaves nothing to read: no warning can be given.)
+    let warnings = crate::workflow::store::plans::manifest(&ctx.home, &manifest.plan_id)
+        .map(|plan| crate::workflow::plan::recorded_sandbox_warnings(&plan.sandbox))
+        .unwrap_or_default();
+    super::warn(&warnings);
+    let mut sink =
+        Progress::new(args.output, mode, source, program.root.nodes.len()).with_warnings(warnings);
     let result = runner::resume(
         &run_ctx,
         &id,

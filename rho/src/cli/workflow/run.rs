@@ -20,7 +20,7 @@ use rho_policy::{PermissionMode, TrustRequirement};
 use crate::permissions::{
     HostAuthorizer, PermissionArgs, SharedHostAuthorizer, select_process_mode,
 };
-use crate::workflow::plan::error_chain;
+use crate::workflow::plan::{error_chain, recorded_sandbox_warnings};
 use crate::workflow::runner::agent::NoAgentRuntime;
 use crate::workflow::runner::authorize::CommandAuthorizer;
 use crate::workflow::runner::{self, ProgressSink, RunContext, RunError, RunReport, signals};
@@ -85,6 +85,12 @@ pub fn run_run(args: &RunArgs) -> CliResult {
         plans::resolve(&ctx.home, &args.target).map_err(|e| store_error(&e))?
     };
     let plan = plans::load(&ctx.home, &plan_id).map_err(|e| store_error(&e))?;
+    // A plan made by a degraded planner says so on every output (`plan` warned already
+    // when the file was planned just now).
+    let warnings = recorded_sandbox_warnings(&plan.manifest.sandbox);
+    if !is_file {
+        super::warn(&warnings);
+    }
     check_trust(
         &ctx,
         &TrustRequirement {
@@ -101,7 +107,8 @@ pub fn run_run(args: &RunArgs) -> CliResult {
         selection.mode,
         selection.source.to_string(),
         plan.program.root.nodes.len(),
-    );
+    )
+    .with_warnings(warnings);
     let result = runner::start(&run_ctx, &plan, confirmation, &mut sink);
     finish(&mut sink, result)
 }
@@ -232,6 +239,7 @@ pub struct Progress {
     total: usize,
     started: Instant,
     last_draw: Option<Instant>,
+    warnings: Vec<String>,
 }
 
 impl std::fmt::Debug for Progress {
@@ -263,7 +271,16 @@ impl Progress {
             total,
             started: Instant::now(),
             last_draw: None,
+            warnings: Vec::new(),
         }
+    }
+
+    /// Warnings about the plan (a degraded planner sandbox), repeated in the final summary
+    /// (text) and in the `completed` event (`warnings`, JSON lines).
+    #[must_use]
+    pub fn with_warnings(mut self, warnings: Vec<String>) -> Self {
+        self.warnings = warnings;
+        self
     }
 
     fn jsonl(&mut self, event: &str, mut fields: serde_json::Value) {
@@ -370,6 +387,7 @@ impl Progress {
                     "permission_mode": self.mode,
                     "permission_mode_source": self.mode_source,
                     "run_dir": self.run_dir,
+                    "warnings": self.warnings,
                 }),
             ),
             ProgressOutput::Text => {
@@ -419,6 +437,9 @@ impl Progress {
                         "resume with: rho workflow resume {}\n",
                         self.run_id
                     ));
+                }
+                for warning in &self.warnings {
+                    text.push_str(&format!("warning: {warning}\n"));
                 }
                 let mut out = std::io::stdout().lock();
                 let _ = out.write_all(text.as_bytes());

@@ -12,8 +12,8 @@ use rho_ipc::message::Diagnostic;
 use serde_json::json;
 
 use super::{
-    Context, InputArgs, diagnostic_json, json_text, parse_inputs, plan_error, plan_exit_code,
-    print_out, warn,
+    Context, InputArgs, diagnostic_json, json_text, node_count_text, parse_inputs, plan_error,
+    plan_exit_code, print_out, warn,
 };
 use crate::cli::exit::{CliResult, ExitCode};
 
@@ -51,9 +51,9 @@ pub fn run_validate(args: &ValidateArgs) -> CliResult {
         (ValidateOutput::Text, Ok(planned)) => {
             warn(&planned.warnings());
             print_out(&format!(
-                "ok: workflow `{}` is valid ({} nodes, program_digest {})\n",
+                "ok: workflow `{}` is valid ({}, program_digest {})\n",
                 planned.program.name,
-                planned.program.root.nodes.len(),
+                node_count_text(planned.program.root.nodes.len()),
                 planned.program_digest
             ))?;
             Ok(ExitCode::Success)
@@ -93,10 +93,10 @@ pub fn run_validate(args: &ValidateArgs) -> CliResult {
             }
             let _ = writeln!(
                 out,
-                "::notice file={}::workflow `{}` is valid ({} nodes)",
+                "::notice file={}::workflow `{}` is valid ({})",
                 escape_property(&file),
                 escape_data(&planned.program.name),
-                planned.program.root.nodes.len()
+                node_count_text(planned.program.root.nodes.len())
             );
             print_out(&out)?;
             Ok(ExitCode::Success)
