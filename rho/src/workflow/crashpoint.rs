@@ -10,22 +10,30 @@
 //! `worker:spawn` / `worker:spawned` (just before and just after a node process starts,
 //! before its identity reaches the owner).
 //!
+//! Only debug builds (which the integration tests run) have the hook: in a release build
+//! every call is an empty function and the variable is never read, so no environment can
+//! make a shipped `rho` kill itself.
+//!
 //! Invariant: without the variable (or with one that does not parse) every call is a single
 //! load of an initialised `OnceLock` and returns; the hook never changes what the program
 //! does, it can only end the process exactly as `kill -9` from outside would.
 
+#[cfg(debug_assertions)]
 use std::sync::OnceLock;
+#[cfg(debug_assertions)]
 use std::sync::atomic::{AtomicU64, Ordering};
 
-/// The environment variable that arms a crash point.
+/// The environment variable that arms a crash point (debug builds only).
 pub const CRASH_AT_VAR: &str = "RHO_TEST_CRASH_AT";
 
+#[cfg(debug_assertions)]
 struct Armed {
     point: String,
     nth: u64,
     seen: AtomicU64,
 }
 
+#[cfg(debug_assertions)]
 fn armed() -> Option<&'static Armed> {
     static ARMED: OnceLock<Option<Armed>> = OnceLock::new();
     ARMED
@@ -53,6 +61,12 @@ pub fn reached_named(prefix: &str, name: &str) {
     reached_parts(prefix, name);
 }
 
+/// Release builds: inert.
+#[cfg(not(debug_assertions))]
+#[inline(always)]
+fn reached_parts(_prefix: &str, _name: &str) {}
+
+#[cfg(debug_assertions)]
 fn reached_parts(prefix: &str, name: &str) {
     let Some(armed) = armed() else {
         return;
