@@ -10,6 +10,9 @@ use std::os::unix::fs::PermissionsExt as _;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
+mod run_support;
+use run_support::assert_snapshot_matches_journal;
+
 const PLAN_ID: &str = "0a1b2c3d-0000-4000-8000-000000000147";
 const RUN_ID: &str = "1e2f3a4b-0000-4000-8000-000000000147";
 const REFUSAL: &str = "create a new plan from source";
@@ -193,6 +196,24 @@ fn legacy_plans_and_runs_are_listed() {
         "{}",
         text(&out)
     );
+
+    // A current run next to the legacy one: both listed, newest first; only the current one
+    // has a journal, and its snapshot matches it.
+    let out = env.rho(&["workflow", "run", "wf.star", "--yes"]);
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    let current = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .find_map(|l| l.strip_prefix("run_id: "))
+        .unwrap()
+        .to_owned();
+    assert_snapshot_matches_journal(&env.home.join("workflows/runs").join(&current));
+    let out = env.rho(&["workflow", "list", "--runs", "--json"]);
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    let items: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(items.len(), 2, "{items:?}");
+    assert_eq!(items[0]["run_id"], current.as_str());
+    assert_ne!(items[0]["legacy"], true, "{items:?}");
+    assert_eq!(items[1]["run_id"], RUN_ID);
 
     // Another workspace does not see them.
     let elsewhere = env.ws.join("sub");

@@ -16,8 +16,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use rho::workflow::journal;
-use rho::workflow::state::{NodeState, State, replay};
+use rho::workflow::state::{NodeState, State};
+
+mod run_support;
+use run_support::assert_snapshot_matches_journal;
 
 struct Env {
     _dir: tempfile::TempDir,
@@ -166,12 +168,13 @@ impl Env {
         .unwrap();
         let out = owner.wait_with_output().unwrap();
         assert_eq!(code(&out), 5, "cancelled: {}", text(&out));
+        assert_snapshot_matches_journal(&self.run_dir(&id));
         id
     }
 
+    /// The state of run `id`, replayed from its journal (which `state.json` must match).
     fn state(&self, id: &str) -> State {
-        let contents = journal::read(&self.run_dir(id).join("events.jsonl")).unwrap();
-        replay(&contents.events).unwrap()
+        assert_snapshot_matches_journal(&self.run_dir(id)).0
     }
 }
 
@@ -415,6 +418,11 @@ fn a_tampered_plan_is_refused_by_run() {
     std::fs::write(dir.join("graph.json"), &graph).unwrap();
     let out = env.rho(&["workflow", "run", &plan_id, "--yes"]);
     assert_eq!(code(&out), 0, "{}", text(&out));
+    let id = env.run_ids().into_iter().next().unwrap();
+    assert_eq!(
+        env.state(&id).root().node_state("a"),
+        Some(NodeState::Success)
+    );
 }
 
 #[test]
@@ -434,6 +442,7 @@ fn graph_of_a_run_shows_node_states_as_mermaid_and_dot() {
     let out = env.rho(&["workflow", "run", "wf.star", "--yes"]);
     assert_eq!(code(&out), 3, "{}", text(&out));
     let id = env.run_ids().into_iter().next().unwrap();
+    assert_snapshot_matches_journal(&env.run_dir(&id));
 
     let out = env.rho(&["workflow", "graph", &id[..8]]);
     assert_eq!(code(&out), 0, "{}", text(&out));
@@ -476,7 +485,7 @@ fn graph_of_a_run_shows_node_states_as_mermaid_and_dot() {
     let out = env.rho(&["workflow", "graph", "ffff"]);
     assert_eq!(code(&out), 2, "{}", text(&out));
     assert!(
-        text(&out).contains("no run matches `ffff`"),
+        text(&out).contains("no plan or run matches `ffff`"),
         "{}",
         text(&out)
     );
