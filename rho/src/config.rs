@@ -248,13 +248,28 @@ impl Config {
 
     /// Loads a configuration file; a missing file is the default configuration.
     pub fn load_file(file: &Path) -> Result<Self, ConfigError> {
-        match std::fs::read_to_string(file) {
-            Ok(text) => Self::parse(file, &text),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Self::empty(file)),
-            Err(source) => Err(ConfigError::Read {
-                file: file.to_owned(),
-                source,
-            }),
+        let read_error = |source| ConfigError::Read {
+            file: file.to_owned(),
+            source,
+        };
+        match read_user_file(file, CONFIG_FILE_LIMIT) {
+            Ok(Some(bytes)) if bytes.len() as u64 > CONFIG_FILE_LIMIT => {
+                Err(read_error(std::io::Error::new(
+                    std::io::ErrorKind::InvalidData,
+                    format!("the file is larger than {CONFIG_FILE_LIMIT} bytes"),
+                )))
+            }
+            Ok(Some(bytes)) => {
+                let text = String::from_utf8(bytes).map_err(|_| {
+                    read_error(std::io::Error::new(
+                        std::io::ErrorKind::InvalidData,
+                        "the file is not UTF-8",
+                    ))
+                })?;
+                Self::parse(file, &text)
+            }
+            Ok(None) => Ok(Self::empty(file)),
+            Err(source) => Err(read_error(source)),
         }
     }
 
@@ -436,6 +451,40 @@ fn line_column(text: &str, offset: usize) -> (usize, usize) {
     let line = before.matches('\n').count() + 1;
     let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
     (line, column)
+}
+
+/// The largest configuration file read.
+const CONFIG_FILE_LIMIT: u64 = 1024 * 1024;
+
+/// Reads a user-edited file (configuration, hooks): `None` when it does not exist, an error
+/// when it is not a regular file; at most `limit + 1` bytes are read, so a caller can tell
+/// an oversized file (longer than `limit`) and report it in its own terms.
+///
+/// The open never blocks: a FIFO or device put where a configuration file belongs would
+/// otherwise hang `rho` at start-up, so it is opened non-blocking and refused by type.
+pub fn read_user_file(file: &Path, limit: u64) -> std::io::Result<Option<Vec<u8>>> {
+    use std::io::Read as _;
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let handle = match std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(file)
+    {
+        Ok(handle) => handle,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    if !handle.metadata()?.is_file() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "not a regular file",
+        ));
+    }
+    let mut bytes = Vec::new();
+    handle
+        .take(limit.saturating_add(1))
+        .read_to_end(&mut bytes)?;
+    Ok(Some(bytes))
 }
 
 #[cfg(test)]

@@ -106,19 +106,7 @@ fn agent_error(err: &AgentError) -> CliError {
     } else {
         ExitCode::Invalid
     };
-    CliError::with_code(code, with_sources(err))
-}
-
-/// The error's message followed by its sources (`cannot read x: No such file or directory`).
-fn with_sources(err: &dyn std::error::Error) -> String {
-    let mut text = err.to_string();
-    let mut source = err.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
+    CliError::with_code(code, crate::workflow::plan::error_chain(err))
 }
 
 fn list(as_json: bool, workflow_dir: Option<PathBuf>) -> CliResult {
@@ -285,7 +273,7 @@ fn validate(files: &[PathBuf]) -> CliResult {
                 } else {
                     invalid += 1;
                 }
-                failures.push(with_sources(&e));
+                failures.push(crate::workflow::plan::error_chain(&e));
             }
         }
     }

@@ -14,7 +14,6 @@
 //! observational hooks can only report failures — nothing they do changes the run.
 
 use std::fmt;
-use std::io::Read as _;
 use std::path::{Path, PathBuf};
 
 use rho_policy::hooks::{HOOK_OUTPUT_LIMIT, HostLabels};
@@ -115,16 +114,12 @@ fn read_bounded_file(file: &Path, limit: u64) -> Result<Option<Vec<u8>>, Permiss
         file: file.to_owned(),
         source,
     };
-    let handle = match std::fs::File::open(file) {
-        Ok(handle) => handle,
-        Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+    // Opened non-blocking and refused unless a regular file: a FIFO must not hang `rho`.
+    let bytes = match crate::config::read_user_file(file, limit) {
+        Ok(Some(bytes)) => bytes,
+        Ok(None) => return Ok(None),
         Err(err) => return Err(read_error(err)),
     };
-    let mut bytes = Vec::new();
-    handle
-        .take(limit + 1)
-        .read_to_end(&mut bytes)
-        .map_err(read_error)?;
     if bytes.len() as u64 > limit {
         return Err(PermissionsError::FileTooLarge {
             file: file.to_owned(),
