@@ -13,9 +13,11 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use rho::workflow::journal;
 use rho::workflow::scheduler;
-use rho::workflow::state::{Event, EventKind, NodeState, State, apply, replay};
+use rho::workflow::state::{Event, EventKind, NodeState, State, apply};
+
+mod run_support;
+use run_support::assert_snapshot_matches_journal;
 
 struct Env {
     _dir: tempfile::TempDir,
@@ -101,27 +103,6 @@ impl Env {
     fn run_dir(&self, id: &str) -> PathBuf {
         self.home.join("workflows/runs").join(id)
     }
-}
-
-/// `state.json` equals a replay of `events.jsonl` up to its `last_event_sequence`.
-fn assert_snapshot_matches_journal(run_dir: &Path) -> (State, Vec<Event>) {
-    let contents = journal::read(&run_dir.join("events.jsonl")).unwrap();
-    assert_eq!(contents.torn_bytes, 0);
-    let snapshot: State =
-        serde_json::from_slice(&std::fs::read(run_dir.join("state.json")).unwrap()).unwrap();
-    let upto: Vec<Event> = contents
-        .events
-        .iter()
-        .filter(|e| e.seq <= snapshot.last_event_sequence)
-        .cloned()
-        .collect();
-    assert_eq!(
-        replay(&upto).unwrap(),
-        snapshot,
-        "state.json must equal a replay of the journal"
-    );
-    let full = replay(&contents.events).unwrap();
-    (full, contents.events)
 }
 
 fn node(name: &str, extra: &str, argv: &str) -> String {
@@ -438,7 +419,7 @@ fn cancel_stops_the_tree_and_resume_runs_it_again() {
         state.root().result.as_ref().unwrap().outcome,
         rho::workflow::state::Outcome::Cancellation
     );
-    assert!(state.cancel.as_ref().unwrap().acknowledged);
+    assert!(state.cancel.as_ref().unwrap().completed);
 
     let again = env.rho(&["workflow", "cancel", &id]);
     let answer: serde_json::Value = serde_json::from_slice(&again.stdout).unwrap();
@@ -750,14 +731,235 @@ fn delete_refuses_an_owned_run_and_list_shows_runs() {
     assert!(env.run_dir(&id).exists());
     drop(held);
     let listed = env.rho(&["workflow", "list", "--runs", "--json"]);
-    if code(&listed) == 0 {
-        assert!(
-            String::from_utf8_lossy(&listed.stdout).contains(&id),
-            "{}",
-            text(&listed)
-        );
-    }
+    assert_eq!(code(&listed), 0, "{}", text(&listed));
+    assert!(
+        String::from_utf8_lossy(&listed.stdout).contains(&id),
+        "{}",
+        text(&listed)
+    );
     let deleted = env.rho(&["workflow", "delete", &id]);
     assert_eq!(code(&deleted), 0, "{}", text(&deleted));
     assert!(!env.run_dir(&id).exists());
+}
+
+/// The attempts of node `s` whose process started, from the journal.
+fn launched_attempts(dir: &Path) -> usize {
+    let contents = rho::workflow::journal::read(&dir.join("events.jsonl")).unwrap();
+    contents
+        .events
+        .iter()
+        .filter(|e| matches!(&e.kind, EventKind::Launched { node, .. } if node == "s"))
+        .count()
+}
+
+/// Waits for `count` launched attempts while `owner` runs; an owner that exits first fails
+/// the test with its output.
+fn wait_for_launches(owner: &mut std::process::Child, dir: &Path, count: usize) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while launched_attempts(dir) < count {
+        if let Some(status) = owner.try_wait().unwrap() {
+            let mut stderr = String::new();
+            if let Some(mut pipe) = owner.stderr.take() {
+                std::io::Read::read_to_string(&mut pipe, &mut stderr).unwrap();
+            }
+            panic!("the owner exited ({status}) before attempt {count} launched: {stderr}");
+        }
+        assert!(Instant::now() < deadline, "attempt {count} never launched");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+#[test]
+fn cancel_then_an_immediate_resume_always_finds_the_run_released() {
+    const ROUNDS: usize = 10;
+    let env = Env::new();
+    let release = env.ws.join("release");
+    env.write(
+        "wf.star",
+        &workflow(
+            &[node(
+                "s",
+                "",
+                &format!(
+                    r#"["sh", "-c", "test -e {r} && exit 0; exec sleep 30"]"#,
+                    r = release.display()
+                ),
+            )],
+            "",
+        ),
+    );
+    // Every owner pauses once it is done and still holds the run: an acknowledgement
+    // published before the release would be seen during the pause, and the resume after it
+    // would find the run owned.
+    let owner_command = |args: &[&str]| {
+        let mut cmd = env.command(args);
+        cmd.env("RHO_TEST_STALL_AT", "owner:letting_go")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        cmd
+    };
+    let mut owner = owner_command(&["workflow", "run", "wf.star", "--yes"])
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let dir = loop {
+        if let Some(dir) = env.run_dirs().first()
+            && dir.join("events.jsonl").exists()
+        {
+            break dir.clone();
+        }
+        assert!(Instant::now() < deadline, "the run never appeared");
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    let id = dir.file_name().unwrap().to_string_lossy().into_owned();
+    for round in 1..=ROUNDS {
+        wait_for_launches(&mut owner, &dir, round);
+        let out = env.rho(&["workflow", "cancel", &id]);
+        assert_eq!(code(&out), 0, "round {round}: {}", text(&out));
+        let answer: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(
+            answer["cancellation_state"], "acknowledged",
+            "round {round}: {answer}"
+        );
+        let request_id = answer["request_id"].as_str().unwrap();
+        let ack: serde_json::Value = serde_json::from_slice(
+            &std::fs::read(dir.join(format!("cancel-acknowledged-{request_id}.json"))).unwrap(),
+        )
+        .unwrap();
+        assert_eq!(ack["state"], "acknowledged");
+        if round == ROUNDS {
+            std::fs::write(&release, "").unwrap();
+        }
+        // At once: `acknowledged` means the run is already released.
+        let next = owner_command(&["workflow", "resume", &id, "--yes"])
+            .spawn()
+            .unwrap();
+        let previous = std::mem::replace(&mut owner, next)
+            .wait_with_output()
+            .unwrap();
+        assert_eq!(code(&previous), 5, "round {round}: {}", text(&previous));
+    }
+    let last = owner.wait_with_output().unwrap();
+    assert_eq!(code(&last), 0, "{}", text(&last));
+
+    let (state, events) = assert_snapshot_matches_journal(&dir);
+    let task = &state.root().tasks["s"];
+    assert_eq!(task.state, NodeState::Success);
+    assert_eq!(task.attempts.len(), ROUNDS + 1);
+    assert!(
+        task.attempts[..ROUNDS]
+            .iter()
+            .all(|a| a.state == Some(NodeState::Cancellation)),
+        "{:?}",
+        task.attempts
+    );
+    let ack = dir.join(format!(
+        "cancel-acknowledged-{}.json",
+        state.cancel.as_ref().unwrap().request_id
+    ));
+    let mode =
+        std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(&ack).unwrap().permissions());
+    assert_eq!(mode & 0o777, 0o600, "acknowledgements are private");
+    assert!(
+        !dir.join("cancel.json").exists(),
+        "a handled request is removed"
+    );
+    // Every owner's consent is journaled: the run's and each resume's.
+    let manifest: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.join("manifest.json")).unwrap()).unwrap();
+    let consents: Vec<(String, String, String)> = events
+        .iter()
+        .filter_map(|e| match &e.kind {
+            EventKind::ConsentGiven {
+                command,
+                digest,
+                method,
+                at,
+            } => {
+                assert!(at.ends_with('Z'), "{at}");
+                Some((command.clone(), digest.clone(), method.clone()))
+            }
+            _ => None,
+        })
+        .collect();
+    let digest = manifest["program_digest"].as_str().unwrap().to_owned();
+    let mut expected = vec![("run".to_owned(), digest.clone(), "--yes".to_owned())];
+    expected.extend((0..ROUNDS).map(|_| ("resume".to_owned(), digest.clone(), "--yes".to_owned())));
+    assert_eq!(consents, expected);
+}
+
+#[test]
+fn jsonl_reports_needs_recovery_once_and_the_resume_hint_on_stderr() {
+    let env = Env::new();
+    env.write(
+        "wf.star",
+        &workflow(&[node("s", "", r#"["sleep", "30"]"#)], ""),
+    );
+    let mut owner = env
+        .command(&["workflow", "run", "wf.star", "--yes", "--output", "jsonl"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let dir = loop {
+        if let Some(dir) = env.run_dirs().first()
+            && dir.join("events.jsonl").exists()
+        {
+            break dir.clone();
+        }
+        assert!(Instant::now() < deadline, "the run never appeared");
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    let id = dir.file_name().unwrap().to_string_lossy().into_owned();
+    wait_for_launches(&mut owner, &dir, 1);
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(owner.id() as i32),
+        nix::sys::signal::Signal::SIGINT,
+    )
+    .unwrap();
+    let out = owner.wait_with_output().unwrap();
+    assert_eq!(code(&out), 5, "{}", text(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    for line in stdout.lines() {
+        serde_json::from_str::<serde_json::Value>(line)
+            .unwrap_or_else(|e| panic!("stdout holds only JSON lines ({e}): {line}"));
+    }
+    assert!(
+        String::from_utf8_lossy(&out.stderr)
+            .contains(&format!("resume with: rho workflow resume {id}")),
+        "{}",
+        text(&out)
+    );
+    assert_snapshot_matches_journal(&dir);
+
+    // An owner that dies with its attempt in flight: the next resume needs recovery, and
+    // says so once, naming the attempt.
+    let mut owner = env
+        .command(&["workflow", "resume", &id, "--yes"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_for_launches(&mut owner, &dir, 2);
+    owner.kill().unwrap();
+    owner.wait().unwrap();
+    let out = env.rho(&["workflow", "resume", &id, "--yes", "--output", "jsonl"]);
+    assert_eq!(code(&out), 7, "{}", text(&out));
+    let lines: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let recovery: Vec<&serde_json::Value> = lines
+        .iter()
+        .filter(|l| l["event"] == "needs_recovery")
+        .collect();
+    assert_eq!(recovery.len(), 1, "{lines:?}");
+    let attempts = recovery[0]["attempts"].as_array().unwrap();
+    assert_eq!(attempts.len(), 1, "{lines:?}");
+    assert!(
+        attempts[0].as_str().unwrap().contains("node `s` attempt 2"),
+        "{lines:?}"
+    );
+    assert_snapshot_matches_journal(&dir);
 }

@@ -786,7 +786,7 @@ fn a_cancel_request_without_an_owner_stays_pending_until_the_next_owner_applies_
     let state = check_store(&dir, "after resume");
     let cancel = state.cancel.as_ref().unwrap();
     assert_eq!(cancel.request_id, request_id);
-    assert!(cancel.acknowledged);
+    assert!(cancel.completed);
     for node in ["a", "b"] {
         assert_eq!(
             state.root().node_state(node),

@@ -10,9 +10,13 @@
 //! `worker:spawn` / `worker:spawned` (just before and just after a node process starts,
 //! before its identity reaches the owner).
 //!
-//! Only debug builds (which the integration tests run) have the hook: in a release build
-//! every call is an empty function and the variable is never read, so no environment can
-//! make a shipped `rho` kill itself.
+//! With `RHO_TEST_STALL_AT=<point>` a process instead pauses briefly each time it reaches
+//! the point given to [`stall`] (`owner:letting_go`: the owner is done and still holds the
+//! run), so a test can check what others see between two steps whose order matters.
+//!
+//! Only debug builds (which the integration tests run) have the hooks: in a release build
+//! every call is an empty function and the variables are never read, so no environment can
+//! make a shipped `rho` kill itself or stall.
 //!
 //! Invariant: without the variable (or with one that does not parse) every call is a single
 //! load of an initialised `OnceLock` and returns; the hook never changes what the program
@@ -49,6 +53,26 @@ fn armed() -> Option<&'static Armed> {
             })
         })
         .as_ref()
+}
+
+/// The environment variable that makes a [`stall`] point pause (debug builds only).
+pub const STALL_AT_VAR: &str = "RHO_TEST_STALL_AT";
+
+/// Pauses for a moment when `RHO_TEST_STALL_AT` names `point`; otherwise returns at once.
+pub fn stall(point: &str) {
+    #[cfg(debug_assertions)]
+    {
+        static STALL_AT: OnceLock<Option<String>> = OnceLock::new();
+        if STALL_AT
+            .get_or_init(|| std::env::var(STALL_AT_VAR).ok())
+            .as_deref()
+            == Some(point)
+        {
+            std::thread::sleep(std::time::Duration::from_millis(300));
+        }
+    }
+    #[cfg(not(debug_assertions))]
+    let _ = point;
 }
 
 /// Marks that `point` was reached.

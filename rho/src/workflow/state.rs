@@ -332,8 +332,11 @@ impl ScopeState {
 pub struct CancelRecord {
     /// The request id given to `cancel`.
     pub request_id: String,
-    /// Whether the owner finished cleanup and acknowledged it.
-    pub acknowledged: bool,
+    /// Whether the owner finished its cleanup for the request (journaled while it still held
+    /// the run). `cancel` reports `acknowledged` only later, once the owner has also released
+    /// the run and published the acknowledgement next to it.
+    #[serde(alias = "acknowledged")]
+    pub completed: bool,
 }
 
 /// The process that owns (drives) the run.
@@ -563,10 +566,29 @@ pub enum EventKind {
         /// The request id.
         request_id: String,
     },
-    /// The owner finished cleanup for the request.
+    /// Written by earlier builds where `cancel_completed` is now: the owner finished cleanup
+    /// for the request. Still read, never written.
     CancelAcknowledged {
         /// The request id.
         request_id: String,
+    },
+    /// The owner stopped everything for the request and stored every outcome; what is left
+    /// (the final snapshot, releasing the run, publishing the acknowledgement) follows.
+    CancelCompleted {
+        /// The request id.
+        request_id: String,
+    },
+    /// Consent to the program digest was given for this owner (`run` or `resume`), so every
+    /// consent that let a process own the run is on record.
+    ConsentGiven {
+        /// `run` or `resume`.
+        command: String,
+        /// The exact `program_digest` consented to.
+        digest: String,
+        /// `--yes` or `prompt`.
+        method: String,
+        /// RFC 3339 UTC time of consent.
+        at: String,
     },
     /// A scope closed with an outcome and its resolved exports.
     ScopeClosed {
@@ -626,6 +648,8 @@ impl EventKind {
             EventKind::NodeDenied { .. } => "node_denied",
             EventKind::CancelRequested { .. } => "cancel_requested",
             EventKind::CancelAcknowledged { .. } => "cancel_acknowledged",
+            EventKind::CancelCompleted { .. } => "cancel_completed",
+            EventKind::ConsentGiven { .. } => "consent_given",
             EventKind::ScopeClosed { .. } => "scope_closed",
             EventKind::ScopeReopened { .. } => "scope_reopened",
             EventKind::AttemptUncertain { .. } => "attempt_uncertain",
@@ -857,13 +881,14 @@ pub fn apply(state: &mut State, event: &Event) -> Result<(), StateError> {
         EventKind::CancelRequested { request_id } => {
             state.cancel = Some(CancelRecord {
                 request_id: request_id.clone(),
-                acknowledged: false,
+                completed: false,
             });
         }
-        EventKind::CancelAcknowledged { request_id } => {
+        EventKind::CancelAcknowledged { request_id }
+        | EventKind::CancelCompleted { request_id } => {
             state.cancel = Some(CancelRecord {
                 request_id: request_id.clone(),
-                acknowledged: true,
+                completed: true,
             });
         }
         EventKind::ScopeClosed { scope, result } => {
@@ -894,7 +919,7 @@ pub fn apply(state: &mut State, event: &Event) -> Result<(), StateError> {
         }
         EventKind::EscalationCounters { counters } => state.escalation = Some(*counters),
         EventKind::HookFailed { failure } => state.hook_failures.push(failure.clone()),
-        EventKind::JournalRepaired { .. } => {}
+        EventKind::JournalRepaired { .. } | EventKind::ConsentGiven { .. } => {}
     }
     state.last_event_sequence = seq;
     state.revision += 1;

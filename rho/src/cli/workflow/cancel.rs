@@ -1,8 +1,10 @@
 //! `rho workflow cancel <RUN_ID>`: a durable cancellation request that the owner picks up,
 //! and a bounded wait for its acknowledgement.
 //!
-//! Invariant: `acknowledged` is printed only after the owner journaled the acknowledgement
-//! (after cleanup and the final state); otherwise the answer is `pending`, claiming nothing.
+//! Invariant: `acknowledged` is printed only once the owner published the acknowledgement of
+//! this request, which it does last: after cleanup, the final state and releasing the run
+//! lock (so a `resume` right after it finds the run free). Otherwise the answer is
+//! `pending`, claiming nothing.
 
 use std::time::Duration;
 

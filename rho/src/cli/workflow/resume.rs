@@ -60,7 +60,9 @@ pub fn run_resume(args: &ResumeArgs) -> CliResult {
         }));
     };
     check_trust(&ctx, &recorded.trust)?;
-    confirm(&manifest.plan_id, &manifest.program_digest, args.yes)?;
+    // Journaled by the new owner, so every consent that let a process own the run is on
+    // record (the manifest keeps the one the run was created with).
+    let confirmation = confirm(&manifest.plan_id, &manifest.program_digest, args.yes)?;
     let (mode, source) = resume_mode(recorded.permission_mode, selection);
     let run_ctx = run_context(&ctx, mode)?;
     // The run's plan records how its sources were evaluated; a degraded planner is repeated
@@ -77,6 +79,7 @@ pub fn run_resume(args: &ResumeArgs) -> CliResult {
         ResumeOptions {
             recover_uncertain: args.recover_uncertain,
         },
+        &confirmation,
         &mut sink,
     );
     finish(&mut sink, result)

@@ -24,7 +24,7 @@ use crate::workflow::plan::{error_chain, recorded_sandbox_warnings};
 use crate::workflow::runner::agent::NoAgentRuntime;
 use crate::workflow::runner::authorize::CommandAuthorizer;
 use crate::workflow::runner::{self, ProgressSink, RunContext, RunError, RunReport, signals};
-use crate::workflow::state::{Event, EventKind, Lifecycle, NodeState, Outcome, State};
+use crate::workflow::state::{Event, EventKind, NodeState, Outcome, State};
 use crate::workflow::store::plans;
 use crate::workflow::store::runs::{Confirmation, ConfirmationMethod};
 
@@ -219,8 +219,14 @@ pub fn finish(sink: &mut Progress, result: Result<RunReport, RunError>) -> CliRe
         }
         Err(error) => {
             sink.clear_live();
-            if let RunError::NeedsRecovery { run_id, attempts } = &error {
-                sink.needs_recovery(run_id, attempts);
+            match &error {
+                RunError::NeedsRecovery { run_id, attempts } => {
+                    sink.needs_recovery(run_id, attempts);
+                }
+                RunError::StillAlive { run_id, what } => {
+                    sink.needs_recovery(run_id, std::slice::from_ref(what));
+                }
+                _ => {}
             }
             Err(run_error(&error))
         }
@@ -378,18 +384,24 @@ impl Progress {
             .as_ref()
             .map(|r| serde_json::to_value(&r.exports).unwrap_or_default());
         match self.format {
-            ProgressOutput::Jsonl => self.jsonl(
-                "completed",
-                json!({
-                    "lifecycle": state.lifecycle,
-                    "outcome": outcome,
-                    "exports": exports,
-                    "permission_mode": self.mode,
-                    "permission_mode_source": self.mode_source,
-                    "run_dir": self.run_dir,
-                    "warnings": self.warnings,
-                }),
-            ),
+            ProgressOutput::Jsonl => {
+                self.jsonl(
+                    "completed",
+                    json!({
+                        "lifecycle": state.lifecycle,
+                        "outcome": outcome,
+                        "exports": exports,
+                        "permission_mode": self.mode,
+                        "permission_mode_source": self.mode_source,
+                        "run_dir": self.run_dir,
+                        "warnings": self.warnings,
+                    }),
+                );
+                // stdout carries the JSON lines; whoever stopped the run reads stderr.
+                if report.outcome == Some(Outcome::Cancellation) {
+                    eprintln!("resume with: rho workflow resume {}", self.run_id);
+                }
+            }
             ProgressOutput::Text => {
                 self.clear_live();
                 let mut text = String::new();
@@ -484,9 +496,6 @@ impl ProgressSink for Progress {
                         "state_changed",
                         json!({ "lifecycle": lifecycle, "permission_mode": mode }),
                     );
-                    if *lifecycle == Lifecycle::NeedsRecovery {
-                        self.jsonl("needs_recovery", json!({}));
-                    }
                 }
             }
             EventKind::LaunchIntended { node, attempt } => {

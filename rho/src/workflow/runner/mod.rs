@@ -3,7 +3,9 @@
 //!
 //! Invariant: only the holder of `mutation.lock` writes a run's journal and snapshot; every
 //! other entry point here (`inspect`, `request_cancel`) reads, or writes only the
-//! cancellation request file, and never infers that an attempt succeeded.
+//! cancellation request file, and never infers that an attempt succeeded. An owner's last
+//! act, after it released the lock, is publishing the acknowledgements of the cancellation
+//! requests it completed, so `acknowledged` always means the run is free to resume.
 
 pub mod agent;
 pub mod authorize;
@@ -270,6 +272,7 @@ pub fn start(
             project_hooks: ctx.policy_trust.project_hooks,
         },
     };
+    let consent = consent_event("run", &confirmation);
     let (run, _manifest, _) = runs::create(&ctx.home, plan, workspace, confirmation, policy)?;
     progress.created(run.id());
     let lock = run.try_lock()?.ok_or_else(|| RunError::Owned {
@@ -299,18 +302,50 @@ pub fn start(
         permission_mode: ctx.authorizer.mode().as_str().to_owned(),
         command: "run".to_owned(),
     })?;
+    owner.record(consent)?;
     owner.record(EventKind::LifecycleChanged {
         lifecycle: Lifecycle::Running,
     })?;
     owner.journal.sync()?;
     let ended = owner.drive()?;
-    drop(lock);
+    let state = owner.state.clone();
+    drop(owner);
+    release_and_acknowledge(&run, lock, &ended.acknowledge);
     Ok(RunReport {
         run_id: run.id().to_owned(),
-        state: owner.state.clone(),
+        state,
         outcome: Some(ended.outcome),
         cancelled_by: ended.cancelled_by,
     })
+}
+
+/// The journal record of the consent an owner was started under.
+fn consent_event(command: &str, confirmation: &Confirmation) -> EventKind {
+    EventKind::ConsentGiven {
+        command: command.to_owned(),
+        digest: confirmation.digest.clone(),
+        method: match confirmation.method {
+            runs::ConfirmationMethod::Yes => "--yes",
+            runs::ConfirmationMethod::Prompt => "prompt",
+        }
+        .to_owned(),
+        at: confirmation.at.clone(),
+    }
+}
+
+/// The last steps of an owner, in the spec's order: release `mutation.lock` (the journal
+/// and the final state are already written), and only then publish the acknowledgements
+/// `cancel` waits for, so whoever reads one can take the run at once.
+fn release_and_acknowledge(run: &RunDir, lock: runs::OwnerLock, requests: &[String]) {
+    crate::workflow::crashpoint::stall("owner:letting_go");
+    drop(lock);
+    for request_id in requests {
+        if let Err(e) = run.publish_cancel_acknowledgement(request_id) {
+            // The run is cancelled and released either way; `cancel` then answers `pending`,
+            // which claims nothing.
+            tracing::warn!(run = run.id(), request_id, error = %e, "cannot publish the cancellation acknowledgement");
+        }
+    }
 }
 
 /// Options of `resume`.
@@ -399,15 +434,22 @@ fn describe_attempt(node: &str, a: &crate::workflow::state::Attempt) -> String {
     }
 }
 
-/// Resumes (or recovers) a run: reopens its root scope, gives cancelled nodes (and, with
+/// Resumes (or recovers) a run under `confirmation` (consent to the run's digest, journaled
+/// with the new owner): reopens its root scope, gives cancelled nodes (and, with
 /// `recover_uncertain`, uncertain ones) a new attempt, never reruns a successful node.
 pub fn resume(
     ctx: &RunContext,
     run_id: &str,
     options: ResumeOptions,
+    confirmation: &Confirmation,
     progress: &mut dyn ProgressSink,
 ) -> Result<RunReport, RunError> {
     let (run, manifest, program, lock, journal, state) = open_owned(ctx, run_id)?;
+    if confirmation.digest != manifest.program_digest {
+        return Err(RunError::Internal(
+            "consent names another digest than the run".to_owned(),
+        ));
+    }
     // Current policy only narrows: the mode in force may not exceed the one recorded when
     // the run was created, and the classifier's counters carry on where they were.
     let recorded = manifest.policy.ok_or_else(|| RunError::PolicyNotRecorded {
@@ -472,6 +514,7 @@ pub fn resume(
         permission_mode: ctx.authorizer.mode().as_str().to_owned(),
         command: "resume".to_owned(),
     })?;
+    owner.record(consent_event("resume", confirmation))?;
 
     let uncertain: Vec<(String, crate::workflow::state::Attempt)> = owner
         .state
@@ -576,8 +619,9 @@ pub fn resume(
         })?;
     }
     // A cancellation request already handled by an earlier owner is not a new one.
+    // (An owner that completed it and died before removing the file left it behind.)
     if let (Some(done), Ok(Some(file))) = (owner.state.cancel.clone(), run.read_cancel_request())
-        && done.acknowledged
+        && done.completed
         && done.request_id == file.request_id
     {
         run.remove_cancel_request()?;
@@ -587,10 +631,12 @@ pub fn resume(
     })?;
     owner.journal.sync()?;
     let ended = owner.drive()?;
-    drop(lock);
+    let state = owner.state.clone();
+    drop(owner);
+    release_and_acknowledge(&run, lock, &ended.acknowledge);
     Ok(RunReport {
         run_id: run_id.to_owned(),
-        state: owner.state.clone(),
+        state,
         outcome: Some(ended.outcome),
         cancelled_by: ended.cancelled_by,
     })
@@ -731,25 +777,29 @@ pub fn request_cancel(
     let started = std::time::Instant::now();
     let deadline = started + wait;
     loop {
-        let (_, now) = inspect(home, run_id)?;
-        let lifecycle = now.effective_lifecycle().unwrap_or(Lifecycle::Planned);
-        // Nobody to wait for once the recorded owner is gone (or none was ever recorded past a
-        // short grace for an owner that is just starting): the next owner applies the request.
-        let ownerless = now.owner_dead
-            || (now.state.as_ref().is_none_or(|s| s.owner.is_none())
-                && started.elapsed() >= NO_OWNER_GRACE);
-        let state = now.state.unwrap_or_else(State::empty);
-        if state
-            .cancel
-            .as_ref()
-            .is_some_and(|c| c.request_id == request_id && c.acknowledged)
-        {
+        // The owner publishes this only after it released the run: once it is seen, the
+        // run can be resumed at once.
+        if run.read_cancel_acknowledgement(&request_id)?.is_some() {
+            let (_, now) = inspect(home, run_id)?;
             return Ok(CancelAnswer {
                 request_id: Some(request_id),
                 cancellation_state: "acknowledged",
-                lifecycle,
+                lifecycle: now.effective_lifecycle().unwrap_or(Lifecycle::Completed),
             });
         }
+        let (_, now) = inspect(home, run_id)?;
+        let lifecycle = now.effective_lifecycle().unwrap_or(Lifecycle::Planned);
+        let state = now.state.unwrap_or_else(State::empty);
+        // The owner completed this request and is releasing the run: its acknowledgement
+        // follows, although the journal already shows no owner.
+        let releasing = state
+            .cancel
+            .as_ref()
+            .is_some_and(|c| c.request_id == request_id && c.completed);
+        // Nobody to wait for once the recorded owner is gone (or none was ever recorded past a
+        // short grace for an owner that is just starting): the next owner applies the request.
+        let ownerless = !releasing
+            && (now.owner_dead || (state.owner.is_none() && started.elapsed() >= NO_OWNER_GRACE));
         if ownerless || std::time::Instant::now() >= deadline {
             return Ok(CancelAnswer {
                 request_id: Some(request_id),

@@ -28,6 +28,7 @@ use crate::workflow::state::{
     EventKind, ExportValue, HookFailureRecord, Lifecycle, NodeState, Outcome, ScopeResult, State,
     apply,
 };
+use crate::workflow::store::ids;
 use crate::workflow::store::runs::RunDir;
 
 /// How long the owner waits for a worker before it looks for cancellation again (the spec
@@ -41,6 +42,9 @@ const SNAPSHOT_EVERY: u64 = 1024;
 pub(super) struct Ended {
     pub outcome: Outcome,
     pub cancelled_by: Option<String>,
+    /// Cancellation requests (from `cancel`) this owner completed: their acknowledgements
+    /// are published once the run lock is released, never before.
+    pub acknowledge: Vec<String>,
 }
 
 pub(super) struct Owner<'p> {
@@ -197,10 +201,11 @@ impl<'p> Owner<'p> {
             }
             if self.active.is_empty() {
                 if let Some(outcome) = scheduler::outcome(&self.program, self.state.root()) {
-                    self.close(outcome)?;
+                    let acknowledge = self.close(outcome)?;
                     return Ok(Ended {
                         outcome,
                         cancelled_by: self.cancelling.clone(),
+                        acknowledge,
                     });
                 }
                 if !progressed {
@@ -416,9 +421,11 @@ impl<'p> Owner<'p> {
         })
     }
 
-    /// Closes the root scope (outcome and resolved exports), completes the run, and for a
-    /// cancellation acknowledges the request last.
-    fn close(&mut self, outcome: Outcome) -> Result<(), RunError> {
+    /// Closes the root scope (outcome and resolved exports) and completes the run. For a
+    /// cancellation it journals `cancel_completed`, writes the final state and removes the
+    /// request, and returns the request ids whose acknowledgement the caller publishes after
+    /// releasing the run lock (the spec's order: release, then acknowledge).
+    fn close(&mut self, outcome: Outcome) -> Result<Vec<String>, RunError> {
         let mut exports = std::collections::BTreeMap::new();
         for (name, export) in &self.program.root.exports {
             let value = match scheduler::resolve(self.state.root(), &export.reference) {
@@ -449,28 +456,31 @@ impl<'p> Owner<'p> {
             Outcome::Cancellation => HookEventName::WorkflowCancelled,
             Outcome::Failure | Outcome::Denial | Outcome::Blocked => HookEventName::WorkflowFailed,
         })?;
-        #[allow(
-            clippy::single_match_else,
-            reason = "the two closing paths read side by side"
-        )]
-        match self.cancelling.clone() {
-            Some(request_id) => {
-                self.checkpoint()?;
-                self.record(EventKind::CancelAcknowledged { request_id })?;
-                self.record(EventKind::OwnerClosed {
-                    reason: "cancelled".to_owned(),
-                })?;
-                self.checkpoint()?;
-                self.run.remove_cancel_request()?;
-            }
-            None => {
-                self.record(EventKind::OwnerClosed {
-                    reason: "completed".to_owned(),
-                })?;
-                self.checkpoint()?;
-            }
+        let Some(request_id) = self.cancelling.clone() else {
+            self.record(EventKind::OwnerClosed {
+                reason: "completed".to_owned(),
+            })?;
+            self.checkpoint()?;
+            return Ok(Vec::new());
+        };
+        // A request that `cancel` wrote while this one was being handled (or while a signal's
+        // was) is answered by the same cleanup. A signal's own id has nobody waiting for it.
+        let mut acknowledge: Vec<String> = Vec::new();
+        if ids::is_id(&request_id) {
+            acknowledge.push(request_id.clone());
         }
-        Ok(())
+        if let Ok(Some(file)) = self.run.read_cancel_request()
+            && file.request_id != request_id
+        {
+            acknowledge.push(file.request_id);
+        }
+        self.record(EventKind::CancelCompleted { request_id })?;
+        self.record(EventKind::OwnerClosed {
+            reason: "cancelled".to_owned(),
+        })?;
+        self.checkpoint()?;
+        self.run.remove_cancel_request()?;
+        Ok(acknowledge)
     }
 }
 

@@ -1,7 +1,9 @@
 //! The run store: `$RHO_HOME/workflows/runs/<RUN_ID>/` with `manifest.json` (format 2),
 //! `graph.json` and `program.cbor` copied from the plan, `events.jsonl` (the journal),
-//! `state.json` (a snapshot of the journal), `mutation.lock` (held by the owner) and
-//! `nodes/<NODE>/attempts/<N>/` for attempt records and artifacts.
+//! `state.json` (a snapshot of the journal), `mutation.lock` (held by the owner),
+//! `cancel.json` (a pending cancellation request), `cancel-acknowledged-<REQUEST_ID>.json`
+//! (its answer, published after the owner let go) and `nodes/<NODE>/attempts/<N>/` for
+//! attempt records and artifacts.
 //!
 //! Invariant: a run directory appears under its id complete, with a durable journal whose
 //! first record is `run_created`, or not at all; the program a run executes is always the
@@ -43,6 +45,8 @@ pub const STATE_FILE: &str = "state.json";
 pub const LOCK_FILE: &str = "mutation.lock";
 /// A pending cancellation request.
 pub const CANCEL_FILE: &str = "cancel.json";
+/// The name prefix of a published acknowledgement: `cancel-acknowledged-<REQUEST_ID>.json`.
+const CANCEL_ACK_PREFIX: &str = "cancel-acknowledged-";
 
 /// How consent to the digest was given.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -380,6 +384,26 @@ pub struct CancelRequest {
     pub requested_at: String,
 }
 
+/// A published acknowledgement of a cancellation request
+/// (`cancel-acknowledged-<REQUEST_ID>.json`): the owner stopped everything, stored the
+/// outcomes, wrote the final state and released the run before writing it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CancelAcknowledgement {
+    /// The request acknowledged.
+    pub request_id: String,
+    /// Always `acknowledged`.
+    pub state: String,
+    /// RFC 3339 UTC time of the acknowledgement.
+    pub acknowledged_at: String,
+}
+
+/// The acknowledgement file of a request id `cancel` issued (`None` for anything else, such
+/// as the `signal-*` ids of SIGINT/SIGTERM, which nobody waits for).
+fn cancel_ack_name(request_id: &str) -> Option<String> {
+    is_id(request_id).then(|| format!("{CANCEL_ACK_PREFIX}{request_id}.json"))
+}
+
 /// The owner's exclusive hold on a run; released when dropped (or when the process dies).
 #[derive(Debug)]
 pub struct OwnerLock {
@@ -642,6 +666,54 @@ impl RunDir {
     pub fn write_cancel_request(&self, request: &CancelRequest) -> Result<(), StoreError> {
         let bytes = json_bytes(request, &self.dir.entry_path(CANCEL_FILE))?;
         self.dir.write_atomic(CANCEL_FILE, &bytes)
+    }
+
+    /// Publishes the acknowledgement of `request_id` (atomically, 0600). Called only after
+    /// the owner released `mutation.lock`, so whoever sees it can take the run at once. One
+    /// file per request: a late writer can never overwrite a newer request or its answer.
+    pub fn publish_cancel_acknowledgement(&self, request_id: &str) -> Result<(), StoreError> {
+        let name = cancel_ack_name(request_id).ok_or_else(|| StoreError::Corrupt {
+            path: self.dir.entry_path(CANCEL_FILE),
+            problem: format!("request id `{request_id}` is not an id this store issues"),
+        })?;
+        let ack = CancelAcknowledgement {
+            request_id: request_id.to_owned(),
+            state: "acknowledged".to_owned(),
+            acknowledged_at: super::timestamp_now(),
+        };
+        let bytes = json_bytes(&ack, &self.dir.entry_path(&name))?;
+        self.dir.write_atomic(&name, &bytes)
+    }
+
+    /// The published acknowledgement of `request_id`, if there is one.
+    pub fn read_cancel_acknowledgement(
+        &self,
+        request_id: &str,
+    ) -> Result<Option<CancelAcknowledgement>, StoreError> {
+        let Some(name) = cancel_ack_name(request_id) else {
+            return Ok(None);
+        };
+        let path = self.dir.entry_path(&name);
+        match self.dir.read_private(&name, 64 * 1024) {
+            Ok(bytes) => {
+                let ack: CancelAcknowledgement =
+                    serde_json::from_slice(&bytes).map_err(|e| StoreError::Corrupt {
+                        path: path.clone(),
+                        problem: e.to_string(),
+                    })?;
+                if ack.request_id != request_id || ack.state != "acknowledged" {
+                    return Err(StoreError::Corrupt {
+                        path,
+                        problem: format!("it does not acknowledge request {request_id}"),
+                    });
+                }
+                Ok(Some(ack))
+            }
+            Err(StoreError::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
+                Ok(None)
+            }
+            Err(e) => Err(e),
+        }
     }
 
     /// Removes a handled cancellation request.
