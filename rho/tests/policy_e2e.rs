@@ -11,13 +11,18 @@
 )]
 
 use std::fmt::Write as _;
+use std::os::fd::{AsFd as _, OwnedFd};
 use std::os::unix::fs::PermissionsExt as _;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use rho::workflow::journal;
-use rho::workflow::state::{EventKind, NodeState, State, replay};
+use rho::workflow::state::{EventKind, NodeState, Outcome, State};
+
+mod run_support;
+use run_support::assert_snapshot_matches_journal;
 
 struct Env {
     _dir: tempfile::TempDir,
@@ -70,8 +75,28 @@ impl Env {
         cmd
     }
 
+    /// Runs `rho`; after a `run` or `resume`, the run's snapshot must match its journal.
     fn rho(&self, args: &[&str]) -> Output {
-        self.command(args).output().unwrap()
+        let out = self.command(args).output().unwrap();
+        self.check_run_of(args, &out);
+        out
+    }
+
+    /// After `workflow run|resume`: `state.json` equals a replay of the journal.
+    fn check_run_of(&self, args: &[&str], out: &Output) {
+        let id = match args {
+            ["workflow", "run", ..] => String::from_utf8_lossy(&out.stdout)
+                .lines()
+                .find_map(|l| l.strip_prefix("run_id: "))
+                .map(str::to_owned),
+            ["workflow", "resume", id, ..] => Some((*id).to_owned()),
+            _ => None,
+        };
+        if let Some(id) = id
+            && self.run_dir(&id).is_dir()
+        {
+            assert_snapshot_matches_journal(&self.run_dir(&id));
+        }
     }
 
     /// `rho workflow run wf.star --yes` plus `extra` arguments.
@@ -119,10 +144,9 @@ impl Env {
         self.home.join("workflows/runs").join(id)
     }
 
-    /// The replayed state and the journal of run `id`.
+    /// The replayed state and the journal of run `id` (whose snapshot must match it).
     fn journal(&self, id: &str) -> (State, Vec<rho::workflow::state::Event>) {
-        let contents = journal::read(&self.run_dir(id).join("events.jsonl")).unwrap();
-        (replay(&contents.events).unwrap(), contents.events)
+        assert_snapshot_matches_journal(&self.run_dir(id))
     }
 
     fn status_text(&self, id: &str) -> String {
@@ -135,6 +159,17 @@ impl Env {
         let out = self.rho(&["workflow", "status", id, "--output", "json"]);
         assert_eq!(code(&out), 0, "{}", text(&out));
         serde_json::from_slice(&out.stdout).unwrap()
+    }
+}
+
+impl Drop for Env {
+    /// Whatever a test did, every run it left must still be explained by its journal.
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            for dir in self.run_dirs() {
+                assert_snapshot_matches_journal(&dir);
+            }
+        }
     }
 }
 
@@ -736,4 +771,306 @@ fn classifier_counters_are_journaled_and_carry_over_a_resume() {
     // The allow ended the run of consecutive denials; the total survived the restart.
     assert_eq!(after_resume[0].consecutive_denials(), 0);
     assert_eq!(after_resume[0].total_denials(), 1);
+}
+
+/// A `rho` process whose stdin, stdout and stderr are one pseudo-terminal (as in an
+/// interactive shell), with everything it writes collected by a reader thread.
+struct OnTerminal {
+    child: Child,
+    master: Arc<OwnedFd>,
+    output: Arc<Mutex<Vec<u8>>>,
+    stop: Arc<AtomicBool>,
+    reader: Option<std::thread::JoinHandle<()>>,
+}
+
+impl OnTerminal {
+    fn spawn(mut cmd: Command) -> Self {
+        let pty = nix::pty::openpty(None, None).unwrap();
+        for fd in [&pty.master, &pty.slave] {
+            // Not leaked into processes other tests start meanwhile.
+            nix::fcntl::fcntl(
+                fd.as_fd(),
+                nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::FD_CLOEXEC),
+            )
+            .unwrap();
+        }
+        cmd.stdin(Stdio::from(pty.slave.try_clone().unwrap()))
+            .stdout(Stdio::from(pty.slave.try_clone().unwrap()))
+            .stderr(Stdio::from(pty.slave));
+        let child = cmd.spawn().unwrap();
+        let master = Arc::new(pty.master);
+        let output = Arc::new(Mutex::new(Vec::new()));
+        let stop = Arc::new(AtomicBool::new(false));
+        let reader = {
+            let (master, output, stop) =
+                (Arc::clone(&master), Arc::clone(&output), Arc::clone(&stop));
+            std::thread::spawn(move || {
+                let mut buf = [0u8; 4096];
+                while !stop.load(Ordering::SeqCst) {
+                    let mut fds = [nix::poll::PollFd::new(
+                        master.as_fd(),
+                        nix::poll::PollFlags::POLLIN,
+                    )];
+                    match nix::poll::poll(&mut fds, nix::poll::PollTimeout::from(50u16)) {
+                        Ok(0) | Err(nix::errno::Errno::EINTR) => continue,
+                        Ok(_) => {}
+                        Err(_) => return,
+                    }
+                    match nix::unistd::read(master.as_fd(), &mut buf) {
+                        Ok(0) | Err(_) => return, // EIO once the terminal's last user is gone
+                        Ok(n) => output.lock().unwrap().extend_from_slice(&buf[..n]),
+                    }
+                }
+            })
+        };
+        OnTerminal {
+            child,
+            master,
+            output,
+            stop,
+            reader: Some(reader),
+        }
+    }
+
+    fn pid(&self) -> nix::unistd::Pid {
+        nix::unistd::Pid::from_raw(self.child.id() as i32)
+    }
+
+    fn output(&self) -> String {
+        String::from_utf8_lossy(&self.output.lock().unwrap()).into_owned()
+    }
+
+    /// Waits (generously) until the output from byte `from` on contains `needle`; returns the
+    /// byte offset just past it.
+    fn wait_for(&self, from: usize, needle: &str) -> usize {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let out = self.output();
+            if let Some(at) = out.get(from..).and_then(|rest| rest.find(needle)) {
+                return from + at + needle.len();
+            }
+            assert!(
+                Instant::now() < deadline,
+                "gave up waiting for {needle:?} in {out:?}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Types `text` at the terminal.
+    fn type_in(&self, text: &str) {
+        nix::unistd::write(self.master.as_fd(), text.as_bytes()).unwrap();
+    }
+
+    /// Waits for the process to exit and for its last output; returns both.
+    fn finish(mut self) -> (ExitStatus, String) {
+        let status = self.child.wait().unwrap();
+        // Drain what is still buffered in the terminal (a bound, not a timing assertion).
+        let deadline = Instant::now() + Duration::from_secs(2);
+        let mut seen = usize::MAX;
+        while Instant::now() < deadline {
+            let now = self.output.lock().unwrap().len();
+            if now == seen {
+                break;
+            }
+            seen = now;
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(reader) = self.reader.take() {
+            reader.join().unwrap();
+        }
+        (status, self.output())
+    }
+}
+
+/// Starts `rho workflow run wf.star --yes --permission-mode supervised` on a terminal and
+/// waits for its approval prompt; returns the process, the run id and the offset just past
+/// the question.
+fn supervised_run_at_its_prompt(env: &Env) -> (OnTerminal, String, usize) {
+    let term = OnTerminal::spawn(env.command(&[
+        "workflow",
+        "run",
+        "wf.star",
+        "--yes",
+        "--permission-mode",
+        "supervised",
+    ]));
+    let asked = term.wait_for(0, "Run it? [y/N] ");
+    let out = term.output();
+    let id = out
+        .lines()
+        .find_map(|l| l.trim_end_matches('\r').strip_prefix("run_id: "))
+        .unwrap_or_else(|| panic!("no run_id in {out:?}"))
+        .trim()
+        .to_owned();
+    (term, id, asked)
+}
+
+/// The node was cancelled at its prompt: cancellation (not a denial), nothing ran, the
+/// cancellation completed, and nobody is recorded as having refused.
+fn assert_cancelled_at_the_prompt(env: &Env, id: &str, marker: &Path, request: &str) {
+    assert!(!marker.exists(), "the node must not run");
+    let (state, events) = env.journal(id);
+    let task = &state.root().tasks["a"];
+    assert_eq!(task.state, NodeState::Cancellation, "{task:?}");
+    assert_eq!(task.attempts.len(), 1);
+    assert_eq!(task.attempts[0].state, Some(NodeState::Cancellation));
+    assert_eq!(task.attempts[0].denial, None);
+    assert!(
+        !events
+            .iter()
+            .any(|e| matches!(e.kind, EventKind::NodeDenied { .. })),
+        "an abandoned prompt is not a denial"
+    );
+    assert_eq!(
+        state.root().result.as_ref().unwrap().outcome,
+        Outcome::Cancellation
+    );
+    let cancel = state.cancel.as_ref().unwrap();
+    assert_eq!(cancel.request_id, request);
+    assert!(cancel.completed);
+    assert!(events.iter().any(
+        |e| matches!(&e.kind, EventKind::CancelCompleted { request_id } if request_id == request)
+    ));
+}
+
+#[test]
+fn sigint_at_an_open_approval_prompt_cancels_the_run() {
+    let env = Env::new();
+    let marker = env.scratch.join("ran");
+    env.workflow(&[touch_node("a", &marker)]);
+    let (term, id, asked) = supervised_run_at_its_prompt(&env);
+    // The live view stays off the terminal while the question is open (it ticks every 50 ms;
+    // a redraw would start with `\r` and wipe the question out).
+    std::thread::sleep(Duration::from_millis(400));
+    let shown = term.output();
+    assert_eq!(
+        &shown[asked..],
+        "",
+        "nothing may be drawn over an open prompt: {shown:?}"
+    );
+    nix::sys::signal::kill(term.pid(), nix::sys::signal::Signal::SIGINT).unwrap();
+    let (status, shown) = term.finish();
+    assert_eq!(status.code(), Some(5), "cancellation exits 5: {shown:?}");
+    assert!(
+        shown[asked..].starts_with("cancelled"),
+        "the prompt says it gave up: {shown:?}"
+    );
+    assert!(
+        shown.contains(&format!("resume with: rho workflow resume {id}")),
+        "{shown:?}"
+    );
+    assert!(shown.contains("outcome cancellation"), "{shown:?}");
+    assert_cancelled_at_the_prompt(&env, &id, &marker, "signal-SIGINT");
+}
+
+#[test]
+fn cancel_at_an_open_approval_prompt_is_acknowledged() {
+    let env = Env::new();
+    let marker = env.scratch.join("ran");
+    env.workflow(&[touch_node("a", &marker)]);
+    let (term, id, _) = supervised_run_at_its_prompt(&env);
+    let out = env.rho(&["workflow", "cancel", &id]);
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    let answer: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(answer["cancellation_state"], "acknowledged", "{answer}");
+    assert_eq!(answer["lifecycle"], "completed", "{answer}");
+    let (status, shown) = term.finish();
+    assert_eq!(status.code(), Some(5), "{shown:?}");
+    assert_cancelled_at_the_prompt(&env, &id, &marker, answer["request_id"].as_str().unwrap());
+}
+
+#[test]
+fn an_approved_prompt_runs_the_node_and_the_live_view_comes_back() {
+    let env = Env::new();
+    let (ran, go) = (env.scratch.join("ran"), env.scratch.join("go"));
+    env.workflow(&[node(
+        "a",
+        &format!(
+            r#"["sh", "-c", "touch {r}; while [ ! -e {g} ]; do sleep 0.05; done"]"#,
+            r = ran.display(),
+            g = go.display()
+        ),
+    )]);
+    let (term, id, asked) = supervised_run_at_its_prompt(&env);
+    term.type_in("y\n");
+    let approved = term.wait_for(asked, "approved");
+    // The node runs and the live line is drawn again below the answer.
+    let redrawn = term.wait_for(approved, "running: a");
+    std::fs::write(&go, "").unwrap();
+    let (status, shown) = term.finish();
+    assert_eq!(status.code(), Some(0), "{shown:?}");
+    assert!(ran.exists());
+    assert!(
+        shown[approved..redrawn].contains("\u{1b}[2K[0/1]"),
+        "{shown:?}"
+    );
+    let (state, _) = env.journal(&id);
+    assert_eq!(state.root().node_state("a"), Some(NodeState::Success));
+}
+
+#[test]
+fn credentials_in_the_owner_environment_never_reach_a_node() {
+    let env = Env::new();
+    std::fs::write(
+        env.ws.join("wf.star"),
+        "def build(inputs):\n    e = shell(name = \"e\", executable = \"sh\", arguments = [\"-c\"], command = \"env\", timeout_seconds = 60, max_output_bytes = 65536)\n    return workflow(name = \"t\", nodes = [e])\n\nWORKFLOW = define(inputs = {}, build = build)\n",
+    )
+    .unwrap();
+    let secrets = [
+        "FOO_API_KEY",
+        "ANTHROPIC_BASE_URL",
+        "GITHUB_TOKEN",
+        "OPENAI_ORG",
+        "AWS_SECRET_ACCESS_KEY",
+        "AWS_SESSION_TOKEN",
+        "GH_TOKEN",
+        "DB_PASSWORD",
+        "SERVICE_SECRET",
+        "SIGNING_SECRET_KEY",
+        "GCP_CREDENTIALS",
+    ];
+    let mut cmd = env.command(&["workflow", "run", "wf.star", "--yes"]);
+    for name in secrets {
+        cmd.env(name, format!("leaked-{name}"));
+    }
+    cmd.env("KEEP_ME", "kept-value");
+    let out = cmd.output().unwrap();
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    let id = run_id(&out);
+    let (state, _) = env.journal(&id);
+    let stdout = state.root().tasks["e"].attempts[0].stdout.clone().unwrap();
+    assert!(!stdout.truncated);
+    let seen = std::fs::read_to_string(env.run_dir(&id).join(&stdout.path)).unwrap();
+    assert!(
+        seen.lines().any(|l| l == "KEEP_ME=kept-value"),
+        "the rest of the environment is inherited: {seen}"
+    );
+    for name in secrets {
+        assert!(
+            !seen.contains(name) && !seen.contains(&format!("leaked-{name}")),
+            "{name} reached the node: {seen}"
+        );
+    }
+    // The policy is part of the program: its name and exclusions are frozen with it.
+    let status = env.status_json(&id);
+    let policy = &status["program"]["environment"];
+    assert_eq!(policy["name"], "inherit_except_credentials", "{policy}");
+    for pattern in [
+        "*_API_KEY",
+        "*_TOKEN",
+        "ANTHROPIC_*",
+        "OPENAI_*",
+        "*_PASSWORD",
+    ] {
+        assert!(
+            policy["exclude"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|p| p == pattern),
+            "{pattern} in {policy}"
+        );
+    }
 }

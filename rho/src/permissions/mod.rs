@@ -37,7 +37,7 @@ pub use classifier::{ClassifierCommand, DEFAULT_CLASSIFIER_TIMEOUT};
 pub use hooks::{LoadedHooks, ObservedEvent, ObserverFailure, ProcessHookRunner, load_hooks};
 pub use host_env::HostEnvironment;
 pub use mode::{PermissionArgs, select_permission_mode, select_process_mode};
-pub use responder::TerminalResponder;
+pub use responder::{PromptAbandon, TerminalResponder};
 
 /// Why the permission layer could not be set up.
 #[derive(Debug, thiserror::Error)]
@@ -95,7 +95,7 @@ impl PermissionsError {
 
 impl From<PermissionsError> for CliError {
     fn from(err: PermissionsError) -> Self {
-        CliError::with_code(err.exit_code(), err.to_string())
+        CliError::with_code(err.exit_code(), crate::workflow::plan::error_chain(&err))
     }
 }
 
@@ -109,6 +109,9 @@ pub struct HostAuthorizer {
     hooks: ProcessHookRunner,
     classifier: Option<ClassifierCommand>,
     responder: Option<Box<dyn ApprovalResponder + Send>>,
+    /// Makes the responder give up (set when the run is cancelled); absent when the
+    /// responder cannot be interrupted.
+    abandon: Option<PromptAbandon>,
 }
 
 impl std::fmt::Debug for HostAuthorizer {
@@ -118,6 +121,7 @@ impl std::fmt::Debug for HostAuthorizer {
             .field("hooks", &self.hooks)
             .field("classifier", &self.classifier)
             .field("responder", &self.responder.is_some())
+            .field("abandon", &self.abandon)
             .finish()
     }
 }
@@ -136,7 +140,16 @@ impl HostAuthorizer {
             hooks,
             classifier,
             responder,
+            abandon: None,
         }
+    }
+
+    /// Lets [`SharedHostAuthorizer`]'s `abandon_approvals` interrupt the responder through
+    /// `abandon` (the responder must watch the same flag).
+    #[must_use]
+    pub fn with_prompt_abandon(mut self, abandon: PromptAbandon) -> Self {
+        self.abandon = Some(abandon);
+        self
     }
 
     /// The authorizer for this process: hooks from `$RHO_HOME/hooks.toml` and (when trusted)
@@ -163,9 +176,14 @@ impl HostAuthorizer {
             .classifier
             .as_ref()
             .map(|argv| ClassifierCommand::new(argv.clone(), home.root(), workspace, env));
-        let responder =
-            TerminalResponder::detect().map(|r| Box::new(r) as Box<dyn ApprovalResponder + Send>);
-        Ok(HostAuthorizer::new(mode, hooks, classifier, responder))
+        let terminal = TerminalResponder::detect();
+        let abandon = terminal.as_ref().map(TerminalResponder::abandon_flag);
+        let responder = terminal.map(|r| Box::new(r) as Box<dyn ApprovalResponder + Send>);
+        let host = HostAuthorizer::new(mode, hooks, classifier, responder);
+        Ok(match abandon {
+            Some(flag) => host.with_prompt_abandon(flag),
+            None => host,
+        })
     }
 
     /// Continues with escalation counters restored from the run's journal (resume), so a
@@ -247,6 +265,8 @@ pub struct SharedHostAuthorizer {
     mode: PermissionMode,
     project_hooks_active: bool,
     decisions: AtomicU64,
+    /// Outside the lock: a prompt holds the lock while it waits for a human.
+    abandon: Option<PromptAbandon>,
 }
 
 impl std::fmt::Debug for SharedHostAuthorizer {
@@ -264,6 +284,7 @@ impl SharedHostAuthorizer {
             observers: host.hooks.clone(),
             mode: host.mode(),
             project_hooks_active: host.project_hooks_active(),
+            abandon: host.abandon.clone(),
             inner: Mutex::new(host),
             decisions: AtomicU64::new(0),
         }
@@ -328,6 +349,12 @@ impl CommandAuthorizer for SharedHostAuthorizer {
 
     fn restore_counters(&self, counters: EscalationCounters) {
         self.lock().restore_counters(counters);
+    }
+
+    fn abandon_approvals(&self) {
+        if let Some(abandon) = &self.abandon {
+            abandon.abandon();
+        }
     }
 }
 

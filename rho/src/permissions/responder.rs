@@ -1,14 +1,23 @@
 //! The terminal approval responder: asks a human on stderr and reads the answer from stdin.
 //!
 //! It exists only when both stdin and stderr are terminals; a headless process has no
-//! responder, so the modes that need a human fail closed in policy.
+//! responder, so the modes that need a human fail closed in policy. While it waits it polls
+//! stdin in short slices, so a run that is being cancelled ([`PromptAbandon`]) stops asking
+//! at once; and it shares the terminal with a live progress line through [`terminal`]: while
+//! a prompt is open nothing else draws.
 //!
 //! Invariant: only an explicit `y` or `yes` approves; an empty line, any other text, end of
-//! input or a read error denies. Every text shown comes from the request and is escaped, so a
-//! crafted argument or path cannot move the cursor or rewrite the prompt.
+//! input, a read error or an abandoned prompt denies. Every text shown comes from the
+//! request and is escaped, so a crafted argument or path cannot move the cursor or rewrite
+//! the prompt.
 
 use std::io::{BufRead, IsTerminal as _, Read as _, Write};
+use std::os::fd::{AsFd as _, BorrowedFd};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
+use nix::errno::Errno;
+use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use rho_policy::{
     ApprovalAnswer, ApprovalContext, ApprovalReason, ApprovalResponder, CommandRequest,
 };
@@ -16,29 +25,158 @@ use rho_policy::{
 /// The reason recorded when the human says anything but yes.
 pub const PROMPT_DENIAL: &str = "denied by the user at the prompt";
 
+/// The reason recorded when the prompt was given up because the run is being cancelled.
+pub const PROMPT_ABANDONED: &str = "the run was cancelled while approval was being asked";
+
 /// The longest answer line read; the rest of a longer line is not consumed as a later answer.
 const ANSWER_LIMIT: u64 = 256;
+
+/// How long one wait for input lasts before the prompt looks for abandonment again.
+const WAIT_SLICE_MS: u16 = 25;
+
+/// Set once a run is being cancelled: the prompt open now gives up, and none is shown again.
+/// Clones share the flag (the owner sets it, the responder reads it).
+#[derive(Debug, Clone, Default)]
+pub struct PromptAbandon(Arc<AtomicBool>);
+
+impl PromptAbandon {
+    /// A flag that is not set.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Gives up the prompt in progress and every later one.
+    pub fn abandon(&self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
+
+    /// Whether [`Self::abandon`] was called.
+    pub fn is_abandoned(&self) -> bool {
+        self.0.load(Ordering::SeqCst)
+    }
+}
+
+/// What shares the terminal with an approval prompt: a live progress line (drawn on stdout
+/// and erased with `\r`, which would wipe out a prompt's question). Both sides take the
+/// lock around what they draw, so a redraw can never land after the prompt was shown.
+#[derive(Debug)]
+pub struct TerminalShare {
+    prompt_open: bool,
+    live_line: bool,
+}
+
+static TERMINAL: Mutex<TerminalShare> = Mutex::new(TerminalShare {
+    prompt_open: false,
+    live_line: false,
+});
+
+/// The terminal's sharing state, locked (one terminal per process).
+pub fn terminal() -> MutexGuard<'static, TerminalShare> {
+    TERMINAL.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl TerminalShare {
+    /// Whether an approval prompt is open: a live view must not draw.
+    pub fn prompt_open(&self) -> bool {
+        self.prompt_open
+    }
+
+    /// Whether a live line is on the terminal now (the prompt erases it before asking).
+    pub fn live_line(&self) -> bool {
+        self.live_line
+    }
+
+    /// Records whether a live line is on the terminal.
+    pub fn set_live_line(&mut self, drawn: bool) {
+        self.live_line = drawn;
+    }
+}
+
+/// Marks a prompt open for as long as it lives.
+struct OpenPrompt;
+
+impl OpenPrompt {
+    /// Opens a prompt; returns whether a live line must be erased first.
+    fn enter() -> (Self, bool) {
+        let mut share = terminal();
+        share.prompt_open = true;
+        let erase = std::mem::replace(&mut share.live_line, false);
+        (OpenPrompt, erase)
+    }
+}
+
+impl Drop for OpenPrompt {
+    fn drop(&mut self) {
+        terminal().prompt_open = false;
+    }
+}
 
 /// Prompts on the controlling terminal.
 #[derive(Debug)]
 pub struct TerminalResponder {
-    _private: (),
+    abandon: PromptAbandon,
 }
 
 impl TerminalResponder {
     /// A responder when stdin and stderr are both terminals; `None` when headless.
     pub fn detect() -> Option<Self> {
-        (std::io::stdin().is_terminal() && std::io::stderr().is_terminal())
-            .then_some(TerminalResponder { _private: () })
+        (std::io::stdin().is_terminal() && std::io::stderr().is_terminal()).then(|| {
+            TerminalResponder {
+                abandon: PromptAbandon::new(),
+            }
+        })
+    }
+
+    /// The flag that makes this responder give up (see [`PromptAbandon`]).
+    pub fn abandon_flag(&self) -> PromptAbandon {
+        self.abandon.clone()
     }
 }
 
 impl ApprovalResponder for TerminalResponder {
     fn ask(&mut self, req: &CommandRequest, context: &ApprovalContext) -> ApprovalAnswer {
+        if self.abandon.is_abandoned() {
+            return abandoned();
+        }
         let stdin = std::io::stdin();
         let mut input = stdin.lock();
         let mut output = std::io::stderr().lock();
-        prompt(&mut input, &mut output, req, context)
+        let (_open, erase_live) = OpenPrompt::enter();
+        // A second handle to poll on: `input` is borrowed by the prompt meanwhile.
+        let fd = std::io::stdin();
+        prompt_until(&mut input, &mut output, req, context, erase_live, || {
+            wait_for_input(fd.as_fd(), &self.abandon)
+        })
+    }
+}
+
+/// How waiting for an answer ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Wait {
+    /// Input (or end of input, or an error) is there: read the answer.
+    Ready,
+    /// The prompt was abandoned: stop asking.
+    Abandoned,
+}
+
+/// Waits in short slices until `fd` is readable or `abandon` is set.
+pub fn wait_for_input(fd: BorrowedFd<'_>, abandon: &PromptAbandon) -> Wait {
+    loop {
+        if abandon.is_abandoned() {
+            return Wait::Abandoned;
+        }
+        let mut fds = [PollFd::new(fd, PollFlags::POLLIN)];
+        match poll(&mut fds, PollTimeout::from(WAIT_SLICE_MS)) {
+            Ok(0) | Err(Errno::EINTR) => {}
+            // Readable, hung up or in error: the read tells which, and only a `y` approves.
+            Ok(_) | Err(_) => return Wait::Ready,
+        }
+    }
+}
+
+fn abandoned() -> ApprovalAnswer {
+    ApprovalAnswer::Deny {
+        reason: PROMPT_ABANDONED.to_owned(),
     }
 }
 
@@ -49,11 +187,29 @@ pub fn prompt(
     req: &CommandRequest,
     context: &ApprovalContext,
 ) -> ApprovalAnswer {
-    if write_request(output, req, context).is_err() {
+    prompt_until(input, output, req, context, false, || Wait::Ready)
+}
+
+/// [`prompt`], reading only once `wait` says input is there; when it says the prompt was
+/// abandoned, the answer is a refusal and nothing is read. `erase_live` replaces the line
+/// the cursor is on (a live progress line) instead of starting below it.
+pub fn prompt_until(
+    input: &mut impl BufRead,
+    output: &mut impl Write,
+    req: &CommandRequest,
+    context: &ApprovalContext,
+    erase_live: bool,
+    wait: impl FnOnce() -> Wait,
+) -> ApprovalAnswer {
+    if write_request(output, req, context, erase_live).is_err() {
         // Nobody saw the question, so nobody can have approved it.
         return ApprovalAnswer::Deny {
             reason: "the approval prompt could not be shown".to_owned(),
         };
+    }
+    if wait() == Wait::Abandoned {
+        let _ = writeln!(output, "cancelled");
+        return abandoned();
     }
     let answer = read_answer(input);
     if matches!(answer.as_deref(), Some("y" | "yes")) {
@@ -110,8 +266,13 @@ fn write_request(
     output: &mut impl Write,
     req: &CommandRequest,
     context: &ApprovalContext,
+    erase_live: bool,
 ) -> std::io::Result<()> {
-    writeln!(output)?;
+    if erase_live {
+        write!(output, "\r\x1b[2K")?;
+    } else {
+        writeln!(output)?;
+    }
     writeln!(
         output,
         "rho: approval needed for node {:?} (attempt {})",
@@ -160,6 +321,7 @@ fn why(context: &ApprovalContext) -> String {
 #[cfg(test)]
 mod tests {
     use std::io::Cursor;
+    use std::os::fd::AsFd as _;
     use std::path::PathBuf;
 
     use rho_policy::{ExecutableIdentity, OperationClass, PermissionMode};
@@ -282,6 +444,82 @@ mod tests {
         assert!(shown.contains("3 consecutive and 7 total"), "{shown}");
         let (_, shown) = ask(b"n\n", ApprovalReason::NoClassifier);
         assert!(shown.contains("none is configured"), "{shown}");
+    }
+
+    #[test]
+    fn an_abandoned_prompt_denies_without_reading_an_answer() {
+        let mut input = Cursor::new(b"yes\n".to_vec());
+        let mut output = Vec::new();
+        let answer = prompt_until(
+            &mut input,
+            &mut output,
+            &request(),
+            &context(ApprovalReason::ModeRequiresApproval),
+            false,
+            || Wait::Abandoned,
+        );
+        assert_eq!(
+            answer,
+            ApprovalAnswer::Deny {
+                reason: PROMPT_ABANDONED.to_owned()
+            }
+        );
+        let shown = String::from_utf8(output).unwrap();
+        assert!(shown.ends_with("Run it? [y/N] cancelled\n"), "{shown}");
+        assert_eq!(input.position(), 0, "the pending `yes` must stay unread");
+    }
+
+    #[test]
+    fn a_prompt_over_a_live_line_erases_it_instead_of_starting_below() {
+        let ask_with = |erase_live| {
+            let mut output = Vec::new();
+            let _ = prompt_until(
+                &mut Cursor::new(b"n\n".to_vec()),
+                &mut output,
+                &request(),
+                &context(ApprovalReason::ModeRequiresApproval),
+                erase_live,
+                || Wait::Ready,
+            );
+            String::from_utf8(output).unwrap()
+        };
+        assert!(ask_with(true).starts_with("\r\u{1b}[2Krho: approval needed"));
+        assert!(ask_with(false).starts_with("\nrho: approval needed"));
+    }
+
+    #[test]
+    fn waiting_for_input_gives_up_once_abandoned_and_sees_input_otherwise() {
+        let (read_end, write_end) = nix::unistd::pipe().unwrap();
+        let abandon = PromptAbandon::new();
+        let setter = abandon.clone();
+        let waiter = std::thread::spawn(move || {
+            let wait = wait_for_input(read_end.as_fd(), &abandon);
+            (wait, read_end)
+        });
+        setter.abandon();
+        let (wait, read_end) = waiter.join().unwrap();
+        assert_eq!(wait, Wait::Abandoned);
+
+        nix::unistd::write(&write_end, b"y\n").unwrap();
+        assert_eq!(
+            wait_for_input(read_end.as_fd(), &PromptAbandon::new()),
+            Wait::Ready
+        );
+        drop(write_end);
+    }
+
+    #[test]
+    fn an_open_prompt_takes_the_live_line_and_pauses_redraws_until_it_closes() {
+        terminal().set_live_line(true);
+        let (open, erase) = OpenPrompt::enter();
+        assert!(erase, "the live line is erased by the prompt");
+        assert!(terminal().prompt_open());
+        assert!(!terminal().live_line());
+        drop(open);
+        assert!(!terminal().prompt_open());
+        let (open, erase) = OpenPrompt::enter();
+        assert!(!erase, "nothing to erase without a live line");
+        drop(open);
     }
 
     #[test]

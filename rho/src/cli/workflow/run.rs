@@ -17,6 +17,7 @@ use super::{Context, InputArgs, create_plan, store_error};
 use crate::cli::exit::{CliError, CliResult, ExitCode};
 use rho_policy::{PermissionMode, TrustRequirement};
 
+use crate::permissions::responder::{TerminalShare, terminal};
 use crate::permissions::{
     HostAuthorizer, PermissionArgs, SharedHostAuthorizer, select_process_mode,
 };
@@ -246,6 +247,8 @@ pub struct Progress {
     started: Instant,
     last_draw: Option<Instant>,
     warnings: Vec<String>,
+    /// Lines that arrived while an approval prompt was open, printed once it closes.
+    deferred: Vec<String>,
 }
 
 impl std::fmt::Debug for Progress {
@@ -278,6 +281,7 @@ impl Progress {
             started: Instant::now(),
             last_draw: None,
             warnings: Vec::new(),
+            deferred: Vec::new(),
         }
     }
 
@@ -302,19 +306,49 @@ impl Progress {
     }
 
     fn line(&mut self, text: &str) {
-        self.clear_live();
+        if !self.live {
+            let mut out = std::io::stdout().lock();
+            let _ = writeln!(out, "{text}");
+            return;
+        }
+        let mut share = terminal();
+        if share.prompt_open() {
+            // Printing now would land in the middle of the question being asked.
+            self.deferred.push(text.to_owned());
+            return;
+        }
+        self.settle(&mut share);
         let mut out = std::io::stdout().lock();
         let _ = writeln!(out, "{text}");
+        let _ = out.flush();
     }
 
-    /// Erases the live line (terminal only).
-    pub fn clear_live(&mut self) {
-        if self.live && self.last_draw.is_some() {
-            let mut out = std::io::stdout().lock();
+    /// On a live terminal with no prompt open: erases the live line and prints the lines
+    /// held back while a prompt was open. The caller holds the terminal lock.
+    fn settle(&mut self, share: &mut TerminalShare) {
+        let mut out = std::io::stdout().lock();
+        if share.live_line() {
             let _ = write!(out, "\r\x1b[2K");
-            let _ = out.flush();
-            self.last_draw = None;
+            share.set_live_line(false);
         }
+        for line in self.deferred.drain(..) {
+            let _ = writeln!(out, "{line}");
+        }
+        let _ = out.flush();
+    }
+
+    /// Erases the live line (terminal only), unless an approval prompt is using the
+    /// terminal.
+    pub fn clear_live(&mut self) {
+        if !self.live {
+            return;
+        }
+        let mut share = terminal();
+        if share.prompt_open() {
+            return;
+        }
+        self.settle(&mut share);
+        self.last_draw = None;
     }
 
     fn draw(&mut self, state: &State, force: bool) {
@@ -327,6 +361,12 @@ impl Progress {
                 .last_draw
                 .is_some_and(|t| now.duration_since(t).as_millis() < 100)
         {
+            return;
+        }
+        // Paused while an approval prompt is open: a redraw starts with `\r` and would wipe
+        // out the question. The prompt erased the line; the first draw after it redraws.
+        let mut share = terminal();
+        if share.prompt_open() {
             return;
         }
         // Counted here, on a throttled redraw, rather than on every journal event: a
@@ -345,6 +385,7 @@ impl Progress {
             .map(|(id, _)| id.as_str())
             .take(4)
             .collect();
+        self.settle(&mut share);
         let mut out = std::io::stdout().lock();
         let _ = write!(
             out,
@@ -359,6 +400,7 @@ impl Progress {
             }
         );
         let _ = out.flush();
+        share.set_live_line(true);
         self.last_draw = Some(now);
     }
 

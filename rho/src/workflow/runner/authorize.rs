@@ -57,6 +57,11 @@ pub trait CommandAuthorizer: Send + Sync {
     fn authorize(&self, request: &CommandRequest) -> Decision;
     /// Continues with the escalation counters a previous owner journaled (resume).
     fn restore_counters(&self, counters: EscalationCounters);
+    /// The run is being cancelled: give up any approval being asked now and ask nobody
+    /// again (what is abandoned answers as a refusal, which the runner turns into
+    /// `cancellation`). Must not wait for a decision in progress. The default has nobody to
+    /// interrupt.
+    fn abandon_approvals(&self) {}
 }
 
 /// An observational hook that did not succeed.

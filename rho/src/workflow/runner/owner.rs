@@ -261,6 +261,8 @@ impl<'p> Owner<'p> {
         for token in self.active.values() {
             token.cancel();
         }
+        // After the tokens: a worker whose prompt is abandoned finds its attempt cancelled.
+        self.shared.authorizer.abandon_approvals();
         self.cancelling = Some(request_id);
         Ok(())
     }

@@ -5,7 +5,9 @@
 //!
 //! Invariant: a worker starts only after the owner made its `launch_intended` durable, and
 //! it reports `Launched` before waiting so the process identity reaches the journal while
-//! the process may still run.
+//! the process may still run. Once its attempt is cancelled, whatever ends the attempt
+//! before a process runs (a refusal from an abandoned prompt included) ends it in
+//! `cancellation`.
 
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -205,6 +207,15 @@ fn run_command(
     if let Some(update) = decision.counters {
         let _ = tx.send(WorkerMsg::Counters(update));
     }
+    // Cancellation requested while authorization was pending: a prompt abandoned for it
+    // answers "no", and that refusal is the cancellation's doing, not a human's or policy's.
+    // Nothing is launched after a cancellation either way.
+    if cancel.is_cancelled() {
+        return Finished::cancelled(match decision.verdict {
+            Verdict::Allow => "cancelled before the process started",
+            Verdict::Deny(_) => "cancelled while the attempt was being authorized",
+        });
+    }
     if let Verdict::Deny(denial) = decision.verdict {
         return Finished {
             state: Some(NodeState::Denial),
@@ -244,11 +255,18 @@ fn run_command(
 
     let launch = match exec::verify(&shared.workspace, program, cwd) {
         Ok(launch) => launch,
-        Err(e) => return Finished::failed(format!("verification failed: {e}")),
+        Err(e) => {
+            return failed_unless_cancelled(cancel, format!("verification failed: {e}"));
+        }
     };
     let dir = match shared.run.attempt_dir(&node.id, attempt) {
         Ok(dir) => dir,
-        Err(e) => return Finished::failed(format!("cannot create the attempt directory: {e}")),
+        Err(e) => {
+            return failed_unless_cancelled(
+                cancel,
+                format!("cannot create the attempt directory: {e}"),
+            );
+        }
     };
     let mut spec = CommandSpec::new(
         argv.into_iter().map(OsString::from).collect(),
@@ -262,7 +280,7 @@ fn run_command(
     crate::workflow::crashpoint::reached("worker:spawn");
     let running = match exec::spawn(launch, spec) {
         Ok(running) => running,
-        Err(e) => return Finished::failed(format!("launch failed: {e}")),
+        Err(e) => return failed_unless_cancelled(cancel, format!("launch failed: {e}")),
     };
     crate::workflow::crashpoint::reached("worker:spawned");
     let p = running.process();
@@ -334,6 +352,17 @@ fn run_command(
         }
     }
     finished
+}
+
+/// Once the run is cancelling, an attempt that stops before its process ran ends in
+/// `cancellation` whatever stopped it: the cancellation decides the node, not the step that
+/// happened to notice.
+fn failed_unless_cancelled(cancel: &CancelToken, reason: String) -> Finished {
+    if cancel.is_cancelled() {
+        Finished::cancelled(format!("cancelled before the process started ({reason})"))
+    } else {
+        Finished::failed(reason)
+    }
 }
 
 fn validate_stdout(
