@@ -22,27 +22,13 @@ use std::time::{Duration, Instant};
 use rho::workflow::state::{EventKind, NodeState, Outcome, State};
 
 mod run_support;
-use run_support::assert_snapshot_matches_journal;
+use run_support::{assert_snapshot_matches_journal, code, rho_command, text};
 
 struct Env {
     _dir: tempfile::TempDir,
     home: PathBuf,
     ws: PathBuf,
     scratch: PathBuf,
-}
-
-fn rho_bin() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_rho"))
-}
-
-fn worker_bin() -> PathBuf {
-    let path = rho_bin().with_file_name("rho-planner-worker");
-    assert!(
-        path.exists(),
-        "build the planner worker first: cargo build -p rho-planner-worker ({})",
-        path.display()
-    );
-    path
 }
 
 impl Env {
@@ -63,16 +49,7 @@ impl Env {
     }
 
     fn command(&self, args: &[&str]) -> Command {
-        let mut cmd = Command::new(rho_bin());
-        cmd.args(args)
-            .current_dir(&self.ws)
-            .env_clear()
-            .env("RHO_HOME", &self.home)
-            .env("HOME", self.home.parent().unwrap())
-            .env("PATH", "/usr/bin:/bin")
-            .env("RHO_PLANNER_WORKER", worker_bin())
-            .stdin(Stdio::null());
-        cmd
+        rho_command(&self.home, &self.ws, args)
     }
 
     /// Runs `rho`; after a `run` or `resume`, the run's snapshot must match its journal.
@@ -193,18 +170,6 @@ fn node(name: &str, argv: &str) -> String {
 /// A node that creates `marker` when (and only when) it runs.
 fn touch_node(name: &str, marker: &Path) -> String {
     node(name, &format!(r#"["touch", "{}"]"#, marker.display()))
-}
-
-fn code(out: &Output) -> i32 {
-    out.status.code().unwrap_or(-1)
-}
-
-fn text(out: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
 }
 
 fn run_id(out: &Output) -> String {

@@ -10,73 +10,16 @@
 )]
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Output, Stdio};
 use std::time::{Duration, Instant};
 
 use rho::workflow::scheduler;
 use rho::workflow::state::{Event, EventKind, NodeState, State, apply};
 
 mod run_support;
-use run_support::assert_snapshot_matches_journal;
-
-struct Env {
-    _dir: tempfile::TempDir,
-    home: PathBuf,
-    ws: PathBuf,
-}
-
-fn rho_bin() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_rho"))
-}
-
-fn worker_bin() -> PathBuf {
-    let path = rho_bin().with_file_name("rho-planner-worker");
-    assert!(
-        path.exists(),
-        "build the planner worker first: cargo build -p rho-planner-worker ({})",
-        path.display()
-    );
-    path
-}
+use run_support::{Env, assert_snapshot_matches_journal, code, node, text};
 
 impl Env {
-    fn new() -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        let home = dir.path().join("home");
-        let ws = dir.path().join("ws");
-        std::fs::create_dir(&ws).unwrap();
-        std::fs::create_dir(&home).unwrap();
-        std::fs::set_permissions(&home, std::os::unix::fs::PermissionsExt::from_mode(0o700))
-            .unwrap();
-        let ws = ws.canonicalize().unwrap();
-        Env {
-            _dir: dir,
-            home,
-            ws,
-        }
-    }
-
-    fn command(&self, args: &[&str]) -> Command {
-        let mut cmd = Command::new(rho_bin());
-        cmd.args(args)
-            .current_dir(&self.ws)
-            .env_clear()
-            .env("RHO_HOME", &self.home)
-            .env("HOME", self.home.parent().unwrap())
-            .env("PATH", "/usr/bin:/bin")
-            .env("RHO_PLANNER_WORKER", worker_bin())
-            .stdin(Stdio::null());
-        cmd
-    }
-
-    fn rho(&self, args: &[&str]) -> Output {
-        self.command(args).output().unwrap()
-    }
-
-    fn write(&self, name: &str, text: &str) {
-        std::fs::write(self.ws.join(name), text).unwrap();
-    }
-
     fn run_dirs(&self) -> Vec<PathBuf> {
         let runs = self.home.join("workflows/runs");
         let mut out: Vec<PathBuf> = std::fs::read_dir(runs)
@@ -99,34 +42,12 @@ impl Env {
             .unwrap_or_else(|| panic!("no run_id in {stdout}"))
             .to_owned()
     }
-
-    fn run_dir(&self, id: &str) -> PathBuf {
-        self.home.join("workflows/runs").join(id)
-    }
-}
-
-fn node(name: &str, extra: &str, argv: &str) -> String {
-    format!(
-        "command(name = \"{name}\", argv = {argv}, cwd = \".\", timeout_seconds = 60, max_output_bytes = 4096{extra})"
-    )
 }
 
 fn workflow(nodes: &[String], exports: &str) -> String {
     format!(
         "def build(inputs):\n    return workflow(name = \"t\", nodes = [{}], exports = {{{exports}}})\n\nWORKFLOW = define(inputs = {{}}, build = build)\n",
         nodes.join(", ")
-    )
-}
-
-fn code(out: &Output) -> i32 {
-    out.status.code().unwrap_or(-1)
-}
-
-fn text(out: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
     )
 }
 

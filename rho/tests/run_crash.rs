@@ -32,87 +32,10 @@ use std::time::{Duration, Instant};
 use rho::workflow::journal;
 use rho::workflow::state::{AttemptPhase, EventKind, Lifecycle, NodeState, State, replay};
 
-struct Env {
-    _dir: tempfile::TempDir,
-    home: PathBuf,
-    ws: PathBuf,
-}
-
-fn rho_bin() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_rho"))
-}
-
-fn worker_bin() -> PathBuf {
-    let path = rho_bin().with_file_name("rho-planner-worker");
-    assert!(
-        path.exists(),
-        "build the planner worker first: cargo build -p rho-planner-worker ({})",
-        path.display()
-    );
-    path
-}
-
-fn code(out: &Output) -> i32 {
-    out.status.code().unwrap_or(-1)
-}
-
-fn text(out: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
-}
+mod run_support;
+use run_support::{Env, code, node as cmd, text};
 
 impl Env {
-    fn new() -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        let home = dir.path().join("home");
-        let ws = dir.path().join("ws");
-        std::fs::create_dir(&ws).unwrap();
-        std::fs::create_dir(&home).unwrap();
-        std::fs::set_permissions(&home, std::os::unix::fs::PermissionsExt::from_mode(0o700))
-            .unwrap();
-        let ws = ws.canonicalize().unwrap();
-        Env {
-            _dir: dir,
-            home,
-            ws,
-        }
-    }
-
-    fn command(&self, args: &[&str]) -> Command {
-        let mut cmd = Command::new(rho_bin());
-        cmd.args(args)
-            .current_dir(&self.ws)
-            .env_clear()
-            .env("RHO_HOME", &self.home)
-            .env("HOME", self.home.parent().unwrap())
-            .env("PATH", "/usr/bin:/bin")
-            .env("RHO_PLANNER_WORKER", worker_bin())
-            .stdin(Stdio::null());
-        cmd
-    }
-
-    fn rho(&self, args: &[&str]) -> Output {
-        self.command(args).output().unwrap()
-    }
-
-    fn run_ids(&self) -> BTreeSet<String> {
-        std::fs::read_dir(self.home.join("workflows/runs"))
-            .map(|d| {
-                d.filter_map(Result::ok)
-                    .map(|e| e.file_name().to_string_lossy().into_owned())
-                    .filter(|n| !n.starts_with('.'))
-                    .collect()
-            })
-            .unwrap_or_default()
-    }
-
-    fn run_dir(&self, id: &str) -> PathBuf {
-        self.home.join("workflows/runs").join(id)
-    }
-
     fn done_dir(&self) -> PathBuf {
         self.ws.join("done")
     }
@@ -123,15 +46,10 @@ impl Env {
         std::fs::create_dir(self.done_dir()).unwrap();
     }
 
-    fn plan(&self, file: &str, source: &str) -> String {
+    /// Writes `source` to `file` in the workspace and plans it.
+    fn plan_source(&self, file: &str, source: &str) -> String {
         std::fs::write(self.ws.join(file), source).unwrap();
-        let out = self.rho(&["workflow", "plan", file]);
-        assert_eq!(code(&out), 0, "{}", text(&out));
-        String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .find_map(|l| l.strip_prefix("plan_id: "))
-            .unwrap()
-            .to_owned()
+        self.plan(file)
     }
 
     /// The id of the one run created since `before` was taken.
@@ -141,12 +59,6 @@ impl Env {
         assert_eq!(fresh.len(), 1, "expected one new run, found {fresh:?}");
         fresh[0].clone()
     }
-}
-
-fn cmd(name: &str, extra: &str, argv: &str) -> String {
-    format!(
-        "command(name = \"{name}\", argv = {argv}, cwd = \".\", timeout_seconds = 60, max_output_bytes = 4096{extra})"
-    )
 }
 
 fn workflow(nodes: &[String], exports: &str) -> String {
@@ -439,7 +351,7 @@ const POINTS: &[&str] = &[
 /// kills checked.
 fn crash_matrix(source: &str, expected_exit: i32) -> usize {
     let env = Env::new();
-    let plan_id = env.plan("wf.star", source);
+    let plan_id = env.plan_source("wf.star", source);
 
     env.reset_markers();
     let before = env.run_ids();
@@ -496,7 +408,7 @@ fn crash_matrix(source: &str, expected_exit: i32) -> usize {
 /// whose first owner died at `first`.
 fn recovery_crash_matrix(source: &str, expected_exit: i32, first: &str) -> usize {
     let env = Env::new();
-    let plan_id = env.plan("wf.star", source);
+    let plan_id = env.plan_source("wf.star", source);
     env.reset_markers();
     let before = env.run_ids();
     let out = env.rho(&["workflow", "run", &plan_id, "--yes"]);
@@ -595,7 +507,7 @@ fn sigkill(child: &std::process::Child) {
 #[test]
 fn kills_during_output_capture_recover_like_an_uninterrupted_run() {
     let env = Env::new();
-    let plan_id = env.plan(
+    let plan_id = env.plan_source(
         "wf.star",
         &workflow(
             &[
@@ -668,7 +580,7 @@ fn running(pid: i32) -> bool {
 #[test]
 fn a_killed_owner_takes_its_node_process_tree_along() {
     let env = Env::new();
-    let plan_id = env.plan(
+    let plan_id = env.plan_source(
         "wf.star",
         &workflow(
             &[cmd(
@@ -736,7 +648,7 @@ fn a_killed_owner_takes_its_node_process_tree_along() {
 #[test]
 fn a_cancel_request_without_an_owner_stays_pending_until_the_next_owner_applies_it() {
     let env = Env::new();
-    let plan_id = env.plan(
+    let plan_id = env.plan_source(
         "wf.star",
         &workflow(
             &[
@@ -821,7 +733,7 @@ fn recovery_refuses_while_a_process_of_the_uncertain_attempt_is_alive() {
     use std::os::unix::process::CommandExt as _;
 
     let env = Env::new();
-    let plan_id = env.plan(
+    let plan_id = env.plan_source(
         "wf.star",
         &workflow(&[cmd("a", "", r#"["sh", "-c", "touch done/a"]"#)], ""),
     );
@@ -893,7 +805,7 @@ fn recovery_refuses_while_a_process_of_the_uncertain_attempt_is_alive() {
 #[test]
 fn a_recovered_node_is_not_recovered_again_by_a_later_resume() {
     let env = Env::new();
-    let plan_id = env.plan(
+    let plan_id = env.plan_source(
         "wf.star",
         &workflow(
             &[

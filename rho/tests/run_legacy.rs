@@ -8,10 +8,10 @@
 
 use std::os::unix::fs::PermissionsExt as _;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Output};
 
 mod run_support;
-use run_support::assert_snapshot_matches_journal;
+use run_support::{assert_snapshot_matches_journal, code, rho_bin, rho_command, text};
 
 const PLAN_ID: &str = "0a1b2c3d-0000-4000-8000-000000000147";
 const RUN_ID: &str = "1e2f3a4b-0000-4000-8000-000000000147";
@@ -21,32 +21,6 @@ struct Env {
     _dir: tempfile::TempDir,
     home: PathBuf,
     ws: PathBuf,
-}
-
-fn rho_bin() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_rho"))
-}
-
-fn worker_bin() -> PathBuf {
-    let path = rho_bin().with_file_name("rho-planner-worker");
-    assert!(
-        path.exists(),
-        "build the planner worker first: cargo build -p rho-planner-worker ({})",
-        path.display()
-    );
-    path
-}
-
-fn code(out: &Output) -> i32 {
-    out.status.code().unwrap_or(-1)
-}
-
-fn text(out: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
 }
 
 fn fixtures() -> PathBuf {
@@ -97,17 +71,7 @@ impl Env {
     }
 
     fn rho(&self, args: &[&str]) -> Output {
-        Command::new(rho_bin())
-            .args(args)
-            .current_dir(&self.ws)
-            .env_clear()
-            .env("RHO_HOME", &self.home)
-            .env("HOME", self.home.parent().unwrap())
-            .env("PATH", "/usr/bin:/bin")
-            .env("RHO_PLANNER_WORKER", worker_bin())
-            .stdin(Stdio::null())
-            .output()
-            .unwrap()
+        rho_command(&self.home, &self.ws, args).output().unwrap()
     }
 
     fn plan_dir(&self) -> PathBuf {

@@ -11,47 +11,14 @@
     clippy::too_many_lines
 )]
 
-use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use rho::workflow::state::{NodeState, State};
 
 mod run_support;
-use run_support::assert_snapshot_matches_journal;
-
-struct Env {
-    _dir: tempfile::TempDir,
-    home: PathBuf,
-    ws: PathBuf,
-}
-
-fn rho_bin() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_rho"))
-}
-
-fn worker_bin() -> PathBuf {
-    let path = rho_bin().with_file_name("rho-planner-worker");
-    assert!(
-        path.exists(),
-        "build the planner worker first: cargo build -p rho-planner-worker ({})",
-        path.display()
-    );
-    path
-}
-
-fn code(out: &Output) -> i32 {
-    out.status.code().unwrap_or(-1)
-}
-
-fn text(out: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
-}
+use run_support::{Env, assert_snapshot_matches_journal, code, text};
 
 /// A node that sleeps on its first attempt (so it can be cancelled) and succeeds at once on
 /// the next.
@@ -71,72 +38,8 @@ fn command_node(name: &str, argv: &str, extra: &str) -> String {
 }
 
 impl Env {
-    fn new() -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        let home = dir.path().join("home");
-        let ws = dir.path().join("ws");
-        std::fs::create_dir(&ws).unwrap();
-        std::fs::create_dir(&home).unwrap();
-        std::fs::set_permissions(&home, std::os::unix::fs::PermissionsExt::from_mode(0o700))
-            .unwrap();
-        let ws = ws.canonicalize().unwrap();
-        Env {
-            _dir: dir,
-            home,
-            ws,
-        }
-    }
-
-    fn command(&self, args: &[&str]) -> Command {
-        let mut cmd = Command::new(rho_bin());
-        cmd.args(args)
-            .current_dir(&self.ws)
-            .env_clear()
-            .env("RHO_HOME", &self.home)
-            .env("HOME", self.home.parent().unwrap())
-            .env("PATH", "/usr/bin:/bin")
-            .env("RHO_PLANNER_WORKER", worker_bin())
-            .stdin(Stdio::null());
-        cmd
-    }
-
-    fn rho(&self, args: &[&str]) -> Output {
-        self.command(args).output().unwrap()
-    }
-
-    fn write(&self, rel: &str, text: &str) {
-        let path = self.ws.join(rel);
-        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-        std::fs::write(path, text).unwrap();
-    }
-
-    fn plan(&self, file: &str) -> String {
-        let out = self.rho(&["workflow", "plan", file]);
-        assert_eq!(code(&out), 0, "{}", text(&out));
-        String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .find_map(|l| l.strip_prefix("plan_id: "))
-            .unwrap()
-            .to_owned()
-    }
-
     fn plan_dir(&self, id: &str) -> PathBuf {
         self.home.join("workflows/plans").join(id)
-    }
-
-    fn run_ids(&self) -> BTreeSet<String> {
-        std::fs::read_dir(self.home.join("workflows/runs"))
-            .map(|d| {
-                d.filter_map(Result::ok)
-                    .map(|e| e.file_name().to_string_lossy().into_owned())
-                    .filter(|n| !n.starts_with('.'))
-                    .collect()
-            })
-            .unwrap_or_default()
-    }
-
-    fn run_dir(&self, id: &str) -> PathBuf {
-        self.home.join("workflows/runs").join(id)
     }
 
     /// Runs `plan_id` and stops it with SIGTERM while node `s` sleeps: a cleanly cancelled

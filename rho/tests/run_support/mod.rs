@@ -1,8 +1,15 @@
-//! Shared checks for the `run_*` and `policy_e2e` integration tests: a run's store must
-//! always be explainable by its journal.
+//! Shared harness for the `run_*` and `policy_e2e` integration tests: the built binaries, a
+//! `rho` command with a cleared environment, a temporary `RHO_HOME` and workspace, and the
+//! check that a run's store is always explainable by its journal. Every test file keeps its
+//! own scenario helpers (extra `impl Env` blocks, workflow builders); only what is identical
+//! everywhere lives here.
+// Each test file compiles this module on its own and uses only part of it, so the unused rest
+// would otherwise be reported as dead code in that file's crate.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
-use std::path::Path;
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
 
 use rho::workflow::journal;
 use rho::workflow::state::{Event, State, replay};
@@ -41,4 +48,126 @@ pub fn assert_snapshot_matches_journal(run_dir: &Path) -> (State, Vec<Event>) {
         run_dir.display()
     );
     (full, contents.events)
+}
+
+/// The `rho` binary under test.
+pub fn rho_bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_rho"))
+}
+
+/// The planner worker next to it (built by `cargo build -p rho-planner-worker`).
+pub fn worker_bin() -> PathBuf {
+    let path = rho_bin().with_file_name("rho-planner-worker");
+    assert!(
+        path.exists(),
+        "build the planner worker first: cargo build -p rho-planner-worker ({})",
+        path.display()
+    );
+    path
+}
+
+/// The exit code of `out`, or -1 when it ended by a signal.
+pub fn code(out: &Output) -> i32 {
+    out.status.code().unwrap_or(-1)
+}
+
+/// Stdout followed by stderr, for assertion messages and text checks.
+pub fn text(out: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+/// `rho ARGS` run in `ws` with only `RHO_HOME=home`, `HOME` (its parent), a minimal `PATH`
+/// and the planner worker in the environment, and stdin closed.
+pub fn rho_command(home: &Path, ws: &Path, args: &[&str]) -> Command {
+    let mut cmd = Command::new(rho_bin());
+    cmd.args(args)
+        .current_dir(ws)
+        .env_clear()
+        .env("RHO_HOME", home)
+        .env("HOME", home.parent().unwrap())
+        .env("PATH", "/usr/bin:/bin")
+        .env("RHO_PLANNER_WORKER", worker_bin())
+        .stdin(Stdio::null());
+    cmd
+}
+
+/// A temporary directory holding an empty private `home` (used as `RHO_HOME`) and an empty
+/// workspace `ws` (canonical path). Test files add their own helpers in further `impl Env`
+/// blocks.
+pub struct Env {
+    pub _dir: tempfile::TempDir,
+    pub home: PathBuf,
+    pub ws: PathBuf,
+}
+
+impl Env {
+    pub fn new() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let home = dir.path().join("home");
+        let ws = dir.path().join("ws");
+        std::fs::create_dir(&ws).unwrap();
+        std::fs::create_dir(&home).unwrap();
+        std::fs::set_permissions(&home, std::os::unix::fs::PermissionsExt::from_mode(0o700))
+            .unwrap();
+        let ws = ws.canonicalize().unwrap();
+        Env {
+            _dir: dir,
+            home,
+            ws,
+        }
+    }
+
+    pub fn command(&self, args: &[&str]) -> Command {
+        rho_command(&self.home, &self.ws, args)
+    }
+
+    pub fn rho(&self, args: &[&str]) -> Output {
+        self.command(args).output().unwrap()
+    }
+
+    /// Writes `text` to `rel` in the workspace, creating its parent directories.
+    pub fn write(&self, rel: &str, text: &str) {
+        let path = self.ws.join(rel);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, text).unwrap();
+    }
+
+    /// `rho workflow plan FILE`, which must succeed; returns the plan id it printed.
+    pub fn plan(&self, file: &str) -> String {
+        let out = self.rho(&["workflow", "plan", file]);
+        assert_eq!(code(&out), 0, "{}", text(&out));
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .find_map(|l| l.strip_prefix("plan_id: "))
+            .unwrap()
+            .to_owned()
+    }
+
+    /// The ids of the runs in the store (hidden entries left out).
+    pub fn run_ids(&self) -> BTreeSet<String> {
+        std::fs::read_dir(self.home.join("workflows/runs"))
+            .map(|d| {
+                d.filter_map(Result::ok)
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .filter(|n| !n.starts_with('.'))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    pub fn run_dir(&self, id: &str) -> PathBuf {
+        self.home.join("workflows/runs").join(id)
+    }
+}
+
+/// A `command(...)` node with the usual cwd, timeout and output cap; `extra` is appended to
+/// its arguments (empty or starting with `, `).
+pub fn node(name: &str, extra: &str, argv: &str) -> String {
+    format!(
+        "command(name = \"{name}\", argv = {argv}, cwd = \".\", timeout_seconds = 60, max_output_bytes = 4096{extra})"
+    )
 }
