@@ -186,9 +186,15 @@ impl<'p> Owner<'p> {
             } else {
                 progressed |= self.cancel_unstarted()?;
             }
-            // Durable before any process starts: one sync for the whole pass.
-            if self.journal.has_unsynced() {
+            // Durable before any process starts: one sync for the whole pass. A pass that
+            // starts nothing only hands its records to the kernel: that survives the owner
+            // being killed, and after a machine crash an unsynced record can only leave an
+            // attempt uncertain (every process is gone then), never a false success. Its
+            // records become durable with the next launch, a checkpoint or the close.
+            if !starts.is_empty() && self.journal.has_unsynced() {
                 self.journal.sync()?;
+            } else {
+                self.journal.write()?;
             }
             for job in starts {
                 self.start(job);

@@ -28,7 +28,37 @@ use crate::workflow::checkout::{CheckoutError, CheckoutLock};
 use crate::workflow::exec::{self, CancelToken, CommandExit, CommandSpec, StreamArtifact};
 use crate::workflow::identity::{display_location, workspace_path};
 use crate::workflow::state::{Artifact, DenialRecord, ExitRecord, NodeState, ProcessIdentity};
+use crate::workflow::store::StoreError;
+use crate::workflow::store::fs::PrivateDir;
 use crate::workflow::store::runs::RunDir;
+
+/// One attempt's directory, created and opened at most once however many artifacts the
+/// attempt writes (each opening walks and checks every level of the store).
+struct AttemptDir<'a> {
+    run: &'a RunDir,
+    node: &'a str,
+    attempt: u32,
+    dir: std::cell::OnceCell<PrivateDir>,
+}
+
+impl<'a> AttemptDir<'a> {
+    fn new(run: &'a RunDir, node: &'a str, attempt: u32) -> Self {
+        Self {
+            run,
+            node,
+            attempt,
+            dir: std::cell::OnceCell::new(),
+        }
+    }
+
+    fn get(&self) -> Result<&PrivateDir, StoreError> {
+        if let Some(dir) = self.dir.get() {
+            return Ok(dir);
+        }
+        let dir = self.run.attempt_dir(self.node, self.attempt)?;
+        Ok(self.dir.get_or_init(|| dir))
+    }
+}
 
 /// What every worker of one run shares.
 pub(super) struct Shared {
@@ -123,11 +153,12 @@ pub(super) fn run(
         attempt,
         tx,
     );
+    let dir = AttemptDir::new(&shared.run, &node.id, attempt);
     let result = match work {
-        Work::Command { argv } => run_command(shared, node, attempt, argv, cancel, tx),
-        Work::Agent { prompt } => run_agent(shared, node, attempt, prompt, cancel),
+        Work::Command { argv } => run_command(shared, node, attempt, &dir, argv, cancel, tx),
+        Work::Agent { prompt } => run_agent(shared, node, attempt, &dir, prompt, cancel),
     };
-    let _ = write_status(shared, node, attempt, &result);
+    let _ = write_status(node, attempt, &dir, &result);
     observe(
         shared,
         HookEventName::WorkflowNodeFinished,
@@ -172,6 +203,7 @@ fn run_command(
     shared: &Shared,
     node: &Node,
     attempt: u32,
+    attempt_dir: &AttemptDir,
     argv: Vec<String>,
     cancel: &CancelToken,
     tx: &Sender<WorkerMsg>,
@@ -259,7 +291,7 @@ fn run_command(
             return failed_unless_cancelled(cancel, format!("verification failed: {e}"));
         }
     };
-    let dir = match shared.run.attempt_dir(&node.id, attempt) {
+    let dir = match attempt_dir.get() {
         Ok(dir) => dir,
         Err(e) => {
             return failed_unless_cancelled(
@@ -340,7 +372,7 @@ fn run_command(
     if state == NodeState::Success
         && let Some(schema) = &node.output
     {
-        match validate_stdout(shared, node, attempt, &outcome.stdout, schema) {
+        match validate_stdout(dir, node, attempt, &outcome.stdout, schema) {
             Ok((value, art)) => {
                 finished.output = Some(value);
                 finished.output_artifact = Some(art);
@@ -366,7 +398,7 @@ fn failed_unless_cancelled(cancel: &CancelToken, reason: String) -> Finished {
 }
 
 fn validate_stdout(
-    shared: &Shared,
+    dir: &PrivateDir,
     node: &Node,
     attempt: u32,
     stdout: &StreamArtifact,
@@ -386,20 +418,16 @@ fn validate_stdout(
         .read_retained()
         .map_err(|e| format!("stdout_json: cannot read stdout: {e}"))?;
     let value = parse_stdout_json(&bytes, schema)?;
-    let art = write_output(shared, node, attempt, &value)?;
+    let art = write_output(dir, node, attempt, &value)?;
     Ok((value, art))
 }
 
 fn write_output(
-    shared: &Shared,
+    dir: &PrivateDir,
     node: &Node,
     attempt: u32,
     value: &Data,
 ) -> Result<Artifact, String> {
-    let dir = shared
-        .run
-        .attempt_dir(&node.id, attempt)
-        .map_err(|e| format!("cannot create the attempt directory: {e}"))?;
     let mut bytes =
         serde_json::to_vec(&value.to_json()).map_err(|e| format!("cannot encode output: {e}"))?;
     bytes.push(b'\n');
@@ -433,13 +461,14 @@ fn run_agent(
     shared: &Shared,
     node: &Node,
     attempt: u32,
+    attempt_dir: &AttemptDir,
     prompt: String,
     cancel: &CancelToken,
 ) -> Finished {
     let Execution::Agent { agent, .. } = &node.execution else {
         return Finished::failed("internal: a command node reached the agent path");
     };
-    let dir = match shared.run.attempt_dir(&node.id, attempt) {
+    let dir = match attempt_dir.get() {
         Ok(dir) => dir,
         Err(e) => return Finished::failed(format!("cannot create the attempt directory: {e}")),
     };
@@ -462,7 +491,7 @@ fn run_agent(
     if result.state == NodeState::Success {
         match (&node.output, result.output) {
             (Some(schema), Some(value)) => match super::output::validate(schema, &value) {
-                Ok(()) => match write_output(shared, node, attempt, &value) {
+                Ok(()) => match write_output(dir, node, attempt, &value) {
                     Ok(art) => {
                         finished.output = Some(value);
                         finished.output_artifact = Some(art);
@@ -483,15 +512,12 @@ fn run_agent(
 /// `status.json` of the attempt: a convenience copy of what the journal records (not
 /// synced; the journal is the source of truth).
 fn write_status(
-    shared: &Shared,
     node: &Node,
     attempt: u32,
+    dir: &AttemptDir,
     result: &Finished,
 ) -> Result<(), String> {
-    let dir = shared
-        .run
-        .attempt_dir(&node.id, attempt)
-        .map_err(|e| e.to_string())?;
+    let dir = dir.get().map_err(|e| e.to_string())?;
     let doc = serde_json::json!({
         "node": node.id,
         "attempt": attempt,
