@@ -339,27 +339,12 @@ pub fn pass(program: &FrozenProgram, scope: &ScopeState) -> Pass {
             usage.add(node);
         }
     }
-    let limits = &program.scheduler;
-    for node in &program.root.nodes {
-        if view.state(&node.id) != Some(NodeState::Ready) {
-            continue;
-        }
-        if usage.total >= limits.max_parallel_nodes {
-            break;
-        }
-        if !lane_has_room(limits, &usage, node.kind()) {
-            continue;
-        }
-        let fits = match node.access {
-            Access::ReadOnly => !usage.writer,
-            Access::Mutating => !usage.writer && usage.readers == 0,
-        };
-        if !fits {
-            break;
-        }
-        usage.add(node);
-        out.launches.push(node.id.clone());
-    }
+    let ready = program
+        .root
+        .nodes
+        .iter()
+        .filter(|node| view.state(&node.id) == Some(NodeState::Ready));
+    out.launches = launch_walk(&program.scheduler, usage, ready);
     out
 }
 
@@ -506,29 +491,44 @@ impl Scheduler {
                 usage.add(node);
             }
         }
-        let limits = &program.scheduler;
-        for (node, state) in nodes.iter().zip(&states) {
-            if *state != Some(NodeState::Ready) {
-                continue;
-            }
-            if usage.total >= limits.max_parallel_nodes {
-                break;
-            }
-            if !lane_has_room(limits, &usage, node.kind()) {
-                continue;
-            }
-            let fits = match node.access {
-                Access::ReadOnly => !usage.writer,
-                Access::Mutating => !usage.writer && usage.readers == 0,
-            };
-            if !fits {
-                break;
-            }
-            usage.add(node);
-            out.launches.push(node.id.clone());
-        }
+        let ready = nodes
+            .iter()
+            .zip(&states)
+            .filter(|(_, state)| **state == Some(NodeState::Ready))
+            .map(|(node, _)| node);
+        out.launches = launch_walk(&program.scheduler, usage, ready);
         out
     }
+}
+
+/// Step 3 of a pass, shared by both passes so the admission rule exists once: walks the
+/// ready nodes in node-ID order and launches each that fits. It stops when the total limit
+/// is full, skips a node whose kind lane is full, and stops at the first node whose
+/// checkout access does not fit, so a waiting writer is not starved by later readers.
+fn launch_walk<'a>(
+    limits: &SchedulerSettings,
+    mut usage: Usage,
+    ready: impl Iterator<Item = &'a Node>,
+) -> Vec<String> {
+    let mut launches = Vec::new();
+    for node in ready {
+        if usage.total >= limits.max_parallel_nodes {
+            break;
+        }
+        if !lane_has_room(limits, &usage, node.kind()) {
+            continue;
+        }
+        let fits = match node.access {
+            Access::ReadOnly => !usage.writer,
+            Access::Mutating => !usage.writer && usage.readers == 0,
+        };
+        if !fits {
+            break;
+        }
+        usage.add(node);
+        launches.push(node.id.clone());
+    }
+    launches
 }
 
 fn lane_has_room(limits: &SchedulerSettings, usage: &Usage, kind: NodeKind) -> bool {
