@@ -2,6 +2,8 @@
 //! binaries and run them in a private data directory and workspace with a cleared
 //! environment, as a user on a fresh machine would.
 
+pub mod model_server;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
