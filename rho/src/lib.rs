@@ -6,7 +6,9 @@
 pub mod agents;
 pub mod cli;
 pub mod config;
+pub mod interactive;
 pub mod paths;
 pub mod permissions;
+pub mod tools;
 pub mod trust;
 pub mod workflow;
