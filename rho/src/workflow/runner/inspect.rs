@@ -1,0 +1,112 @@
+//! Inspecting a run for `status`, `graph` and `list` without owning it.
+//!
+//! Invariant: inspection never takes `mutation.lock` and never writes.
+
+use crate::paths::RhoHome;
+use crate::workflow::exec;
+use crate::workflow::journal::{self};
+use crate::workflow::state::{AttemptPhase, Lifecycle, State, apply};
+use crate::workflow::store::runs::{self, RunDir, StoredManifest};
+
+use super::{RunError, describe_attempt};
+
+/// A run as `status` sees it, without owning it.
+#[derive(Debug, Clone)]
+pub struct Inspection {
+    /// The manifest.
+    pub manifest: StoredManifest,
+    /// The state: the snapshot plus the journal records after it (`None` for legacy runs).
+    pub state: Option<State>,
+    /// A legacy run's `state.json`, verbatim.
+    pub legacy_state: Option<serde_json::Value>,
+    /// Whether the recorded owner is gone although the run never closed.
+    pub owner_dead: bool,
+    /// Attempts that are (or, with a dead owner, would become) uncertain.
+    pub uncertain: Vec<String>,
+    /// Bytes of a torn journal tail seen (the owner may be writing it).
+    pub torn_bytes: u64,
+}
+
+impl Inspection {
+    /// The lifecycle to report: `needs_recovery` when the owner died with work in flight.
+    pub fn effective_lifecycle(&self) -> Option<Lifecycle> {
+        let state = self.state.as_ref()?;
+        if self.owner_dead && !self.uncertain.is_empty() {
+            Some(Lifecycle::NeedsRecovery)
+        } else {
+            Some(state.lifecycle)
+        }
+    }
+}
+
+/// Reads a run for `status`: never takes `mutation.lock`, never writes.
+pub fn inspect(home: &RhoHome, run_id: &str) -> Result<(RunDir, Inspection), RunError> {
+    let run = runs::open(home, run_id)?;
+    let manifest = run.manifest()?;
+    if let StoredManifest::Legacy(_) = manifest {
+        let legacy_state = run
+            .dir()
+            .read_private(runs::STATE_FILE, 512 * 1024 * 1024)
+            .ok()
+            .and_then(|b| serde_json::from_slice(&b).ok());
+        return Ok((
+            run,
+            Inspection {
+                manifest,
+                state: None,
+                legacy_state,
+                owner_dead: false,
+                uncertain: vec![],
+                torn_bytes: 0,
+            },
+        ));
+    }
+    let mut state = run.read_state()?.unwrap_or_else(State::empty);
+    let tail = journal::read_after(&run.events_path(), state.last_event_sequence)?;
+    for event in &tail.events {
+        apply(&mut state, event)?;
+    }
+    let owner_dead = state
+        .owner
+        .as_ref()
+        .is_some_and(|o| !exec::process_alive(o.pid, o.start_time));
+    let mut uncertain: Vec<String> = state
+        .uncertain_attempts()
+        .iter()
+        .map(|(n, a)| describe_attempt(n, a))
+        .collect();
+    if owner_dead {
+        uncertain.extend(
+            state
+                .open_attempts()
+                .iter()
+                .map(|(n, a)| describe_attempt(n, a)),
+        );
+    }
+    let torn_bytes = tail.torn_bytes;
+    Ok((
+        run,
+        Inspection {
+            manifest,
+            state: Some(state),
+            legacy_state: None,
+            owner_dead,
+            uncertain,
+            torn_bytes,
+        },
+    ))
+}
+
+/// Attempt records of a state, flattened for display: `(node, attempt, phase)`.
+pub fn attempt_phases(state: &State) -> Vec<(String, u32, AttemptPhase)> {
+    state
+        .root()
+        .tasks
+        .iter()
+        .flat_map(|(id, t)| {
+            t.attempts
+                .iter()
+                .map(move |a| (id.clone(), a.number, a.phase))
+        })
+        .collect()
+}
