@@ -2,9 +2,11 @@
 //! function. This module only parses, dispatches and maps results to exit codes.
 
 pub mod agents;
+pub mod attach;
 pub mod descriptors;
 pub mod doctor;
 pub mod exit;
+pub mod limits;
 pub mod trust;
 pub mod workflow;
 
@@ -32,6 +34,10 @@ enum Command {
     Doctor(doctor::DoctorArgs),
     /// Manage trusted workspaces (project agents and hooks).
     Trust(trust::TrustArgs),
+    /// Follow a delegated agent run, or show a finished one.
+    Attach(attach::AttachArgs),
+    /// Show the last Claude rate-limit windows claude-cli runs reported.
+    Limits(limits::LimitsArgs),
 }
 
 /// Parses the process arguments, runs the command and returns the exit status.
@@ -60,6 +66,8 @@ pub fn main() -> std::process::ExitCode {
         Command::Workflow(args) => workflow::run_workflow(args),
         Command::Doctor(args) => doctor::run_doctor(&args),
         Command::Trust(args) => trust::run_trust(args),
+        Command::Attach(args) => attach::run_attach(&args),
+        Command::Limits(args) => limits::run_limits(&args),
     };
     finish(result)
 }
