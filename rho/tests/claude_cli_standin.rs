@@ -104,13 +104,13 @@ impl Fixture {
             &self.home,
             &run,
             status,
-            ClaudeRunRequest {
+            &ClaudeRunRequest {
                 launch: &launch,
                 prompt: "plan the release",
                 cwd: &self.workspace,
                 env: self.env(scenario),
                 cancel,
-                timeout: Some(Duration::from_secs(60)),
+                timeout: Some(Duration::from_mins(1)),
             },
         );
         (run, outcome)
@@ -297,7 +297,7 @@ fn a_missing_binary_fails_at_once() {
         &fx.home,
         &run,
         status,
-        ClaudeRunRequest {
+        &ClaudeRunRequest {
             launch: &launch,
             prompt: "x",
             cwd: &fx.workspace,
@@ -344,8 +344,7 @@ fn cancel_stops_the_whole_process_group() {
     // zombie waiting to be reaped. SIGKILL lands asynchronously, so allow it a moment.
     let alive = || {
         std::fs::read_to_string(format!("/proc/{pid}/stat"))
-            .map(|s| s.split_whitespace().nth(2) != Some("Z"))
-            .unwrap_or(false)
+            .is_ok_and(|s| s.split_whitespace().nth(2) != Some("Z"))
     };
     for _ in 0..100 {
         if !alive() {

@@ -98,7 +98,7 @@ mod tests {
             status: "allowed".into(),
             resets_at: Some(10),
         };
-        record(&home, &[first.clone()]).unwrap();
+        record(&home, std::slice::from_ref(&first)).unwrap();
         let second = RateLimitObservation {
             status: "allowed_warning".into(),
             ..first

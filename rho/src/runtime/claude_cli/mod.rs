@@ -229,7 +229,7 @@ pub fn run_claude(
     home: &RhoHome,
     run: &RunDirectory,
     mut status: RunStatus,
-    request: ClaudeRunRequest<'_>,
+    request: &ClaudeRunRequest<'_>,
 ) -> Result<ClaudeRunOutcome, ClaudeError> {
     let started = Instant::now();
     let prepared = find_claude(&request.env).and_then(|binary| {
@@ -332,10 +332,10 @@ pub fn run_claude(
     finished.store(true, Ordering::SeqCst);
     let _ = watcher.join();
 
-    if !rate_limits.is_empty() {
-        if let Err(e) = limits::record(home, &rate_limits) {
-            tracing::warn!("cannot record Claude rate-limit windows: {e}");
-        }
+    if !rate_limits.is_empty()
+        && let Err(e) = limits::record(home, &rate_limits)
+    {
+        tracing::warn!("cannot record Claude rate-limit windows: {e}");
     }
     let (state, error) = if stopped.load(Ordering::SeqCst) {
         let why = if timed_out.load(Ordering::SeqCst) {

@@ -7,7 +7,7 @@
 //! a terminal `result.json` is never replaced by a non-terminal one.
 
 use std::fs::File;
-use std::io::{BufRead as _, BufReader, Read as _, Seek as _, SeekFrom, Write as _};
+use std::io::{BufRead as _, BufReader, Read as _, Write as _};
 use std::os::fd::AsFd as _;
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, PoisonError};
@@ -446,8 +446,7 @@ impl EventFollower {
                 })?;
             events.push(event);
         }
-        // Reading to EOF leaves the position there; a later append is read next time.
-        let _ = self.reader.get_mut().seek(SeekFrom::Current(0));
+        // A read at end of file returns nothing; a later append is read on the next call.
         Ok(events)
     }
 
