@@ -9,6 +9,7 @@ pub mod config;
 pub mod interactive;
 pub mod paths;
 pub mod permissions;
+pub mod process;
 pub mod runtime;
 pub mod tools;
 pub mod trust;

@@ -32,7 +32,7 @@ mod capture;
 #[cfg(target_os = "linux")]
 mod liveness;
 #[cfg(target_os = "linux")]
-mod spawner;
+pub(crate) mod spawner;
 #[cfg(target_os = "linux")]
 mod verify;
 

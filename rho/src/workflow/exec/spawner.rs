@@ -36,36 +36,36 @@ use nix::unistd::pipe2;
 use super::ExecError;
 
 /// What the child needs, prepared before the fork.
-pub(super) struct LaunchRequest {
-    pub(super) argv: Vec<CString>,
-    pub(super) envp: Vec<CString>,
+pub(crate) struct LaunchRequest {
+    pub(crate) argv: Vec<CString>,
+    pub(crate) envp: Vec<CString>,
     /// Executed with `execveat(fd, "", ..., AT_EMPTY_PATH)`.
-    pub(super) exec_fd: RawFd,
+    pub(crate) exec_fd: RawFd,
     /// A script handed to the interpreter as `/proc/self/fd/N`: close-on-exec is cleared.
-    pub(super) script_fd: Option<RawFd>,
-    pub(super) cwd_fd: RawFd,
-    pub(super) stdin_fd: RawFd,
-    pub(super) stdout_fd: RawFd,
-    pub(super) stderr_fd: RawFd,
+    pub(crate) script_fd: Option<RawFd>,
+    pub(crate) cwd_fd: RawFd,
+    pub(crate) stdin_fd: RawFd,
+    pub(crate) stdout_fd: RawFd,
+    pub(crate) stderr_fd: RawFd,
 }
 
 /// A child that executed the sealed copy.
-pub(super) struct Child {
-    pub(super) pid: i32,
+pub(crate) struct Child {
+    pub(crate) pid: i32,
     /// `None` on kernels without `pidfd_open`; the supervisor then polls `waitid`.
-    pub(super) pidfd: Option<OwnedFd>,
+    pub(crate) pidfd: Option<OwnedFd>,
     /// The guardian slot holding this child's group; release it before reaping.
-    pub(super) slot: GuardSlot,
+    pub(crate) slot: GuardSlot,
 }
 
 /// A guardian slot in use; [`GuardSlot::release`] clears it.
 #[derive(Debug)]
-pub(super) struct GuardSlot(usize);
+pub(crate) struct GuardSlot(usize);
 
 impl GuardSlot {
     /// Clears the slot (the group is no longer the guardian's business) and frees it.
     /// Call after the group was killed and before its leader is reaped.
-    pub(super) fn release(self) {
+    pub(crate) fn release(self) {
         if let Ok(spawner) = spawner() {
             spawner.slots[self.0].store(0, Ordering::SeqCst);
             spawner
@@ -162,7 +162,7 @@ fn shared_slots() -> io::Result<&'static [AtomicI32]> {
 }
 
 /// Forks and executes a prepared request on the spawner thread.
-pub(super) fn launch(request: LaunchRequest) -> Result<Child, ExecError> {
+pub(crate) fn launch(request: LaunchRequest) -> Result<Child, ExecError> {
     let spawner = spawner()?;
     let slot = spawner
         .free
@@ -196,7 +196,7 @@ pub(super) fn launch(request: LaunchRequest) -> Result<Child, ExecError> {
 }
 
 /// `pidfd_open(2)`.
-pub(super) fn pidfd_open(pid: i32) -> io::Result<OwnedFd> {
+pub(crate) fn pidfd_open(pid: i32) -> io::Result<OwnedFd> {
     // SAFETY: plain system call with integer arguments.
     let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
     if fd < 0 {
@@ -332,7 +332,7 @@ extern "C" fn child_entry(arg: *mut libc::c_void) -> libc::c_int {
 }
 
 /// Waits for and reaps `pid`.
-pub(super) fn reap_blocking(pid: i32) -> Option<libc::c_int> {
+pub(crate) fn reap_blocking(pid: i32) -> Option<libc::c_int> {
     let mut status: libc::c_int = 0;
     loop {
         // SAFETY: `status` is a valid out-pointer; `pid` is our own unreaped child.
@@ -491,7 +491,7 @@ fn guardian_main(read_fd: RawFd, full_mask: &libc::sigset_t, slots: &[AtomicI32]
 
 /// `fcntl(F_DUPFD_CLOEXEC, 3)` when `fd` sits on 0, 1 or 2, so the child's `dup2` of one
 /// stream can never close the source of another.
-pub(super) fn above_stdio(fd: OwnedFd) -> io::Result<OwnedFd> {
+pub(crate) fn above_stdio(fd: OwnedFd) -> io::Result<OwnedFd> {
     if fd.as_raw_fd() > 2 {
         return Ok(fd);
     }
