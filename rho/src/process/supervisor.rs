@@ -196,12 +196,17 @@ impl Supervisor {
         let mut sigkilled = false;
         let mut notes: Vec<String> = Vec::new();
         let mut buf = vec![0_u8; self.read_bytes];
+        // The leader exited alone: no process was left in its group to wait for (a process
+        // cannot join an empty group), so the group is not searched again.
+        let mut group_emptied = false;
         // A stop requested before this thread ran.
         self.check_stop(&mut phase, &mut ending);
         loop {
             if leader.is_some()
                 && !self.pipes_open()
-                && (matches!(phase, Phase::Killed { .. }) || !self.tree.group_alive())
+                && (matches!(phase, Phase::Killed { .. })
+                    || group_emptied
+                    || !self.tree.group_alive())
             {
                 break;
             }
@@ -277,7 +282,16 @@ impl Supervisor {
                 if leader.is_some() && matches!(phase, Phase::Running) {
                     let survivors = self.tree.group_alive();
                     ending = Some(Ending::LeaderExited { survivors });
-                    phase = self.terminate();
+                    if survivors {
+                        phase = self.terminate();
+                    } else {
+                        // Pipes still open now belong to processes outside the group: they
+                        // get the grace period, then the SIGKILL path hunts them down.
+                        group_emptied = true;
+                        phase = Phase::Stopping {
+                            kill_at: Instant::now() + self.grace,
+                        };
+                    }
                 }
             }
         }

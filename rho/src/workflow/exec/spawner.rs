@@ -19,6 +19,9 @@
 //! end of file, then sends SIGKILL to every group still in a slot. A slot is cleared before
 //! its leader is reaped, so the guardian never signals a group id that could be reused.
 //!
+//! The background process manager (`crate::process::tree`) launches its shell commands
+//! through the same thread and guardian, so they are bound to the owner's life the same way.
+//!
 //! Invariant: after `clone`, the child touches no lock, allocates nothing, and writes no
 //! shared memory except its guardian slot and its failure report.
 #![allow(unsafe_code)]
