@@ -21,6 +21,8 @@ use crate::permissions::responder::{TerminalShare, terminal};
 use crate::permissions::{
     HostAuthorizer, PermissionArgs, SharedHostAuthorizer, select_process_mode,
 };
+use crate::runtime::claude_cli::environment::child_environment;
+use crate::runtime::claude_cli::node::{ClaudeCliExecutor, ClaudeNodeContext};
 use crate::workflow::plan::{error_chain, recorded_sandbox_warnings};
 use crate::workflow::runner::agent::NoAgentRuntime;
 use crate::workflow::runner::authorize::CommandAuthorizer;
@@ -166,7 +168,8 @@ pub fn confirm(plan_id: &str, digest: &str, yes: bool) -> Result<Confirmation, C
 }
 
 /// The owner's context: the host authorizer under `mode` (hooks, classifier, a terminal
-/// responder when there is a terminal), the same hooks as observers, no agent runtime, and
+/// responder when there is a terminal), the same hooks as observers, the claude-cli runtime for
+/// claude-cli agent nodes (no other agent runtime yet), and
 /// SIGINT/SIGTERM as cancellation.
 pub fn run_context(ctx: &Context, mode: PermissionMode) -> Result<RunContext, CliError> {
     let host = HostAuthorizer::for_process(mode, &ctx.home, &ctx.config, &ctx.workspace)?;
@@ -182,7 +185,16 @@ pub fn run_context(ctx: &Context, mode: PermissionMode) -> Result<RunContext, Cl
         },
         authorizer: Arc::clone(&shared) as Arc<dyn CommandAuthorizer>,
         observer: shared,
-        agents: Arc::new(NoAgentRuntime),
+        agents: Arc::new(ClaudeCliExecutor::new(
+            ClaudeNodeContext {
+                home: ctx.home.clone(),
+                workspace: ctx.workspace.clone(),
+                mode,
+                env: child_environment(std::env::vars_os()),
+                timeout: None,
+            },
+            Arc::new(NoAgentRuntime),
+        )),
         watch_signals: true,
     })
 }

@@ -15,6 +15,7 @@
 
 pub mod environment;
 pub mod limits;
+pub mod node;
 pub mod stream;
 
 use std::ffi::OsString;
