@@ -648,3 +648,52 @@ fn dropping_the_manager_stops_every_tree() {
         assert!(eventually_gone(pid), "{pid} survived the manager");
     }
 }
+
+/// Run only by `owner_death_kills_every_tree`, as the owner process it then kills.
+#[test]
+#[ignore = "helper: the owner process of owner_death_kills_every_tree"]
+fn owner_role() {
+    let root =
+        std::env::var_os("RHO_TEST_OWNER_ROOT").expect("run by owner_death_kills_every_tree");
+    let manager = manager_in(Path::new(&root), ProcessLimits::default());
+    let started = manager.start("sleep 300 & echo $!; wait", None).unwrap();
+    let grandchild = first_stdout_line(&manager, &started.process_id);
+    println!("GRANDCHILD={grandchild}");
+    std::thread::sleep(Duration::from_mins(1));
+}
+
+#[test]
+fn owner_death_kills_every_tree() {
+    use std::io::BufRead as _;
+    let dir = tempfile::tempdir().unwrap();
+    let mut owner = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--ignored",
+            "--exact",
+            "owner_role",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env("RHO_TEST_OWNER_ROOT", dir.path())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let stdout = std::io::BufReader::new(owner.stdout.take().unwrap());
+    let grandchild: i32 = stdout
+        .lines()
+        .map_while(Result::ok)
+        // libtest prints `test owner_role ... ` before it on the same line.
+        .find_map(|line| {
+            line.split_once("GRANDCHILD=")
+                .map(|(_, pid)| pid.trim().parse().unwrap())
+        })
+        .expect("the owner reported its grandchild");
+    // SIGKILL: no destructor, no shutdown runs in the owner.
+    owner.kill().unwrap();
+    owner.wait().unwrap();
+    assert!(
+        eventually_gone(grandchild),
+        "grandchild {grandchild} outlived its owner"
+    );
+}
