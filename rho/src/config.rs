@@ -1,6 +1,18 @@
 //! The user configuration, `$RHO_HOME/config.toml`.
 //!
 //! ```toml
+//! [model]                             # the conversation model (Rho-compatible)
+//! provider = "vllm"                   # openai | anthropic | a [providers.custom.NAME]
+//! model = "qwen2.5-coder"             # a model id, "provider/model", or "@alias"
+//! auth = "none"                       # none | NAME-api-key | api-key | anthropic-api-key
+//! reasoning = "high"                  # off | minimal | low | medium | high | xhigh | max
+//!
+//! [model.aliases]
+//! deep = "anthropic/claude-opus-4-8"  # "provider/model", or a bare id on [model].provider
+//!
+//! [providers.custom.vllm]             # an OpenAI-compatible host; key from RHO_VLLM_API_KEY
+//! base_url = "http://127.0.0.1:8000/v1"
+//!
 //! [behavior]
 //! permission_mode = "auto"            # bypass | auto | allow_edits | plan | supervised
 //! classifier = ["/usr/local/bin/rho-classify", "--strict"]   # argv asked first in `auto`
@@ -95,6 +107,49 @@ pub struct Config {
     pub budgets: BTreeMap<String, u64>,
     /// `[scheduler]`.
     pub scheduler: Scheduler,
+    /// `[model]`: the selected conversation model.
+    pub model: ModelSettings,
+    /// `[providers.custom.<name>]`: OpenAI-compatible hosts, by name.
+    pub custom_providers: BTreeMap<String, CustomProvider>,
+}
+
+/// `[model]`: what the conversation runs on unless a definition or flag says otherwise.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ModelSettings {
+    /// The provider name.
+    pub provider: Option<String>,
+    /// The model: an id, `provider/model`, or `@alias`.
+    pub model: Option<String>,
+    /// The auth profile (`none`, `NAME-api-key`, `api-key`, `anthropic-api-key`).
+    pub auth: Option<String>,
+    /// The reasoning level.
+    pub reasoning: Option<Reasoning>,
+}
+
+/// `[providers.custom.<name>]`: a user-defined Chat Completions host.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CustomProvider {
+    /// The API base, normally ending in `/v1`.
+    pub base_url: String,
+    /// A models.dev catalog slug to borrow metadata from (kept for compatibility).
+    #[serde(default)]
+    pub catalog: Option<String>,
+    /// `model-id` when the host's ids are `provider/model` catalog ids.
+    #[serde(default)]
+    pub catalog_mode: Option<String>,
+}
+
+/// The first-party providers rho knows without configuration.
+pub const BUILTIN_PROVIDERS: [&str; 2] = ["openai", "anthropic"];
+
+/// The environment variable holding a custom host's key: `RHO_<NAME>_API_KEY`, the name
+/// upper-cased with hyphens turned into underscores.
+pub fn custom_key_variable(name: &str) -> String {
+    format!(
+        "RHO_{}_API_KEY",
+        name.to_ascii_uppercase().replace('-', "_")
+    )
 }
 
 /// `[behavior]`.
@@ -158,13 +213,62 @@ struct FileModel {
     #[serde(default)]
     models: ModelsModel,
     #[serde(default)]
-    providers: BTreeMap<String, Provider>,
+    providers: ProvidersModel,
+    #[serde(default)]
+    model: ModelModel,
     #[serde(default)]
     environment: Environment,
     #[serde(default)]
     budgets: BTreeMap<String, u64>,
     #[serde(default)]
     scheduler: Scheduler,
+}
+
+#[derive(Default)]
+struct ProvidersModel {
+    custom: BTreeMap<String, CustomProvider>,
+    legacy: BTreeMap<String, Provider>,
+}
+
+/// `[providers]`: `custom` holds the Rho-style custom hosts, every other key is a
+/// `[providers.<name>]` endpoint. Read entry by entry (not flattened) so errors keep their
+/// line numbers.
+impl<'de> Deserialize<'de> for ProvidersModel {
+    fn deserialize<D: de::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct ProvidersVisitor;
+        impl<'de> Visitor<'de> for ProvidersVisitor {
+            type Value = ProvidersModel;
+
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a table of providers")
+            }
+
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<ProvidersModel, A::Error> {
+                let mut model = ProvidersModel::default();
+                while let Some(key) = map.next_key::<String>()? {
+                    if key == "custom" {
+                        model.custom = map.next_value()?;
+                    } else {
+                        let provider: Provider = map.next_value()?;
+                        model.legacy.insert(key, provider);
+                    }
+                }
+                Ok(model)
+            }
+        }
+        deserializer.deserialize_map(ProvidersVisitor)
+    }
+}
+
+#[derive(Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ModelModel {
+    provider: Option<String>,
+    model: Option<String>,
+    auth: Option<String>,
+    reasoning: Option<String>,
+    #[serde(default)]
+    aliases: BTreeMap<String, String>,
 }
 
 #[derive(Default, Deserialize)]
@@ -319,7 +423,7 @@ impl Config {
             }
         }
 
-        for (name, provider) in &model.providers {
+        for (name, provider) in &model.providers.legacy {
             let key = |field: &str| format!("providers.{name}.{field}");
             if !is_name(name) {
                 return Err(bad(format!("providers.{name}"), NAME_RULE.into()));
@@ -359,7 +463,7 @@ impl Config {
                     ));
                 }
             }
-            if !model.providers.contains_key(&alias.provider) {
+            if !model.providers.legacy.contains_key(&alias.provider) {
                 return Err(bad(
                     key,
                     format!(
@@ -416,6 +520,150 @@ impl Config {
             }
         }
 
+        for (name, host) in &model.providers.custom {
+            let key = |field: &str| format!("providers.custom.{name}.{field}");
+            if !is_custom_name(name) {
+                return Err(bad(
+                    format!("providers.custom.{name}"),
+                    "custom provider names use lowercase letters, digits and hyphens and start \
+                     with a letter"
+                        .into(),
+                ));
+            }
+            if BUILTIN_PROVIDERS.contains(&name.as_str())
+                || model.providers.legacy.contains_key(name)
+            {
+                return Err(bad(
+                    format!("providers.custom.{name}"),
+                    format!("`{name}` is already a provider; choose another name"),
+                ));
+            }
+            if let Some(problem) = base_url_problem(&host.base_url) {
+                return Err(bad(key("base_url"), problem));
+            }
+            if host.catalog.is_some() && host.catalog_mode.is_some() {
+                return Err(bad(
+                    key("catalog_mode"),
+                    "a host cannot set both `catalog` and `catalog_mode`".into(),
+                ));
+            }
+            if let Some(mode) = &host.catalog_mode
+                && mode != "model-id"
+            {
+                return Err(bad(
+                    key("catalog_mode"),
+                    format!("unknown catalog mode `{mode}`; allowed: model-id"),
+                ));
+            }
+        }
+        let knows = |p: &str| {
+            BUILTIN_PROVIDERS.contains(&p)
+                || model.providers.custom.contains_key(p)
+                || model.providers.legacy.contains_key(p)
+        };
+        let model_reasoning = match &model.model.reasoning {
+            None => None,
+            Some(text) => Some(Reasoning::parse(text).ok_or_else(|| {
+                bad(
+                    "model.reasoning".into(),
+                    format!(
+                        "unknown reasoning `{text}`; allowed: off, minimal, low, medium, high, \
+                         xhigh, max"
+                    ),
+                )
+            })?),
+        };
+        if let Some(provider) = &model.model.provider
+            && !knows(provider)
+        {
+            return Err(bad(
+                "model.provider".into(),
+                format!(
+                    "unknown provider `{provider}`; known: openai, anthropic, and \
+                     [providers.custom.NAME] hosts"
+                ),
+            ));
+        }
+        if let Some(auth) = &model.model.auth {
+            let allowed = match model.model.provider.as_deref() {
+                Some("openai") => vec!["api-key".to_owned()],
+                Some("anthropic") => vec!["anthropic-api-key".to_owned()],
+                Some(custom) => vec!["none".to_owned(), format!("{custom}-api-key")],
+                None => Vec::new(),
+            };
+            if !allowed.contains(auth) {
+                return Err(bad(
+                    "model.auth".into(),
+                    if allowed.is_empty() {
+                        format!("`{auth}` needs [model].provider to be set")
+                    } else {
+                        format!(
+                            "unknown auth `{auth}` here; allowed: {}",
+                            allowed.join(", ")
+                        )
+                    },
+                ));
+            }
+        }
+        if let Some(selected) = &model.model.model
+            && let Some(alias) = selected.strip_prefix('@')
+            && !model.model.aliases.contains_key(alias)
+            && !model_aliases.contains_key(alias)
+        {
+            return Err(bad(
+                "model.model".into(),
+                format!("`{selected}` names no alias in [model.aliases]"),
+            ));
+        }
+        for (name, value) in &model.model.aliases {
+            let key = format!("model.aliases.{name}");
+            if !is_name(name) {
+                return Err(bad(key, NAME_RULE.into()));
+            }
+            if value.is_empty() || value.starts_with('@') || value.chars().any(char::is_whitespace)
+            {
+                return Err(bad(
+                    key,
+                    format!(
+                        "`{value}` must be a concrete model (`provider/model` or a model id), \
+                         not empty, not another alias, without whitespace"
+                    ),
+                ));
+            }
+            let (provider, id) = match value.split_once('/') {
+                Some((p, m)) if knows(p) => (p.to_owned(), m.to_owned()),
+                Some((p, _)) if model.model.provider.is_none() => {
+                    return Err(bad(
+                        key,
+                        format!(
+                            "unknown provider `{p}` in `{value}`; known: openai, anthropic, \
+                             and [providers.custom.NAME] hosts"
+                        ),
+                    ));
+                }
+                _ => match &model.model.provider {
+                    Some(p) => (p.clone(), value.clone()),
+                    None => {
+                        return Err(bad(
+                            key,
+                            format!(
+                                "`{value}` names no provider; write `provider/{value}` or set \
+                                 [model].provider"
+                            ),
+                        ));
+                    }
+                },
+            };
+            model_aliases.insert(
+                name.clone(),
+                ModelAlias {
+                    provider,
+                    model: id,
+                    reasoning: None,
+                },
+            );
+        }
+
         Ok(Self {
             file: file.to_owned(),
             behavior: Behavior {
@@ -423,12 +671,71 @@ impl Config {
                 classifier: model.behavior.classifier,
             },
             model_aliases,
-            providers: model.providers,
+            model: ModelSettings {
+                provider: model.model.provider,
+                model: model.model.model,
+                auth: model.model.auth,
+                reasoning: model_reasoning,
+            },
+            custom_providers: model.providers.custom,
+            providers: model.providers.legacy,
             environment: model.environment,
             budgets: model.budgets,
             scheduler: model.scheduler,
         })
     }
+}
+
+impl Config {
+    /// Whether `name` is a provider this configuration can reach.
+    pub fn knows_provider(&self, name: &str) -> bool {
+        BUILTIN_PROVIDERS.contains(&name)
+            || self.custom_providers.contains_key(name)
+            || self.providers.contains_key(name)
+    }
+
+    /// Every environment variable that may hold a provider key under this configuration.
+    /// They are kept out of every process rho starts for a tool or a node.
+    pub fn secret_variables(&self) -> Vec<String> {
+        let mut names = vec!["OPENAI_API_KEY".to_owned(), "ANTHROPIC_API_KEY".to_owned()];
+        names.extend(self.custom_providers.keys().map(|n| custom_key_variable(n)));
+        names.extend(
+            self.providers
+                .values()
+                .filter_map(|p| p.api_key_env.clone()),
+        );
+        names
+    }
+}
+
+fn is_custom_name(name: &str) -> bool {
+    name.starts_with(|c: char| c.is_ascii_lowercase())
+        && name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+}
+
+/// Why a provider base URL is not acceptable, if it is not.
+fn base_url_problem(url: &str) -> Option<String> {
+    let Some(rest) = url
+        .strip_prefix("http://")
+        .or_else(|| url.strip_prefix("https://"))
+    else {
+        return Some(format!("`{url}` must be an http:// or https:// URL"));
+    };
+    let authority = rest.split('/').next().unwrap_or("");
+    if authority.is_empty() {
+        return Some(format!("`{url}` has no host"));
+    }
+    if authority.contains('@') {
+        return Some(format!(
+            "`{url}` must not contain credentials; put the key in the environment"
+        ));
+    }
+    if url.contains('?') || url.contains('#') {
+        return Some(format!("`{url}` must not contain a query or a fragment"));
+    }
+    None
 }
 
 const NAME_RULE: &str = "names are non-empty and use letters, digits, `_`, `-` and `.`";
@@ -552,6 +859,69 @@ max_parallel_agents = 2
 
     fn message(text: &str) -> String {
         parse(text).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn rho_model_and_custom_provider_tables_parse() {
+        let c = parse(
+            "[model]\nprovider = \"vllm\"\nmodel = \"@deep\"\nauth = \"vllm-api-key\"\n\
+             reasoning = \"high\"\n\n[model.aliases]\ndeep = \"anthropic/claude-x\"\n\
+             fast = \"qwen-small\"\n\n[providers.custom.vllm]\n\
+             base_url = \"http://127.0.0.1:8000/v1\"\n",
+        )
+        .unwrap();
+        assert_eq!(c.model.provider.as_deref(), Some("vllm"));
+        assert_eq!(c.model.reasoning, Some(Reasoning::High));
+        assert_eq!(c.model_aliases["deep"].provider, "anthropic");
+        assert_eq!(c.model_aliases["fast"].provider, "vllm");
+        assert_eq!(c.model_aliases["fast"].model, "qwen-small");
+        assert!(c.knows_provider("vllm") && c.knows_provider("openai"));
+        assert!(
+            c.secret_variables()
+                .contains(&"RHO_VLLM_API_KEY".to_owned())
+        );
+        assert_eq!(custom_key_variable("my-host"), "RHO_MY_HOST_API_KEY");
+    }
+
+    #[test]
+    fn bad_model_and_custom_provider_values_name_the_key() {
+        for (text, key) in [
+            (
+                "[providers.custom.Bad_Name]\nbase_url = \"http://x/v1\"\n",
+                "providers.custom.Bad_Name",
+            ),
+            (
+                "[providers.custom.openai]\nbase_url = \"http://x/v1\"\n",
+                "providers.custom.openai",
+            ),
+            (
+                "[providers.custom.h]\nbase_url = \"http://u:p@x/v1\"\n",
+                "providers.custom.h.base_url",
+            ),
+            (
+                "[providers.custom.h]\nbase_url = \"http://x/v1?a=1\"\n",
+                "providers.custom.h.base_url",
+            ),
+            (
+                "[providers.custom.h]\nbase_url = \"http://x/v1\"\ncatalog = \"a\"\ncatalog_mode = \"model-id\"\n",
+                "providers.custom.h.catalog_mode",
+            ),
+            ("[model]\nprovider = \"nowhere\"\n", "model.provider"),
+            (
+                "[model]\nprovider = \"openai\"\nauth = \"none\"\n",
+                "model.auth",
+            ),
+            ("[model]\nmodel = \"@missing\"\n", "model.model"),
+            ("[model]\nreasoning = \"lots\"\n", "model.reasoning"),
+            (
+                "[model.aliases]\nfast = \"bare-id\"\n",
+                "model.aliases.fast",
+            ),
+            ("[model.aliases]\nx = \"@y\"\n", "model.aliases.x"),
+        ] {
+            let m = message(text);
+            assert!(m.contains(&format!("`{key}`")), "{text}: {m}");
+        }
     }
 
     #[test]

@@ -420,7 +420,7 @@ fn bind_rho(def: &AgentDefinition, request: &BindRequest<'_>) -> Result<RhoLaunc
                     }
                 } else {
                     if let Some(p) = provider
-                        && !config.providers.contains_key(p)
+                        && !config.knows_provider(p)
                     {
                         return Err(AgentError::UnknownProvider {
                             agent: def.id.clone(),

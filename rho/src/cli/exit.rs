@@ -24,6 +24,12 @@ pub enum ExitCode {
     Blocked = 6,
     /// The run needs recovery (an attempt's fate is uncertain).
     NeedsRecovery = 7,
+    /// `rho run`: the wall-clock timeout or the model-step budget was reached.
+    Timeout = 124,
+    /// `rho run`: stopped by SIGINT, after cleanup.
+    Interrupted = 130,
+    /// `rho run`: stopped by SIGTERM, after cleanup.
+    Terminated = 143,
 }
 
 impl ExitCode {

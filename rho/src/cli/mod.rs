@@ -7,6 +7,8 @@ pub mod descriptors;
 pub mod doctor;
 pub mod exit;
 pub mod limits;
+pub mod run;
+pub mod session_args;
 pub mod trust;
 pub mod workflow;
 
@@ -20,12 +22,16 @@ pub use exit::{CliError, CliResult, ExitCode};
 #[derive(Debug, Parser)]
 #[command(name = "rho", version, about, propagate_version = true)]
 pub struct Cli {
+    #[command(flatten)]
+    session: session_args::SessionArgs,
     #[command(subcommand)]
     command: Command,
 }
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Send one prompt to an agent, print its answer, and exit.
+    Run(run::RunArgs),
     /// Inspect and validate agent definitions.
     Agents(agents::AgentsArgs),
     /// Validate, plan, run and inspect workflows.
@@ -62,6 +68,7 @@ pub fn main() -> std::process::ExitCode {
         }
     };
     let result = match cli.command {
+        Command::Run(args) => run::run_run(&args, &cli.session),
         Command::Agents(args) => agents::run_agents(args),
         Command::Workflow(args) => workflow::run_workflow(args),
         Command::Doctor(args) => doctor::run_doctor(&args),

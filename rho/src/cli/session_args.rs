@@ -1,0 +1,78 @@
+//! The options that select how an agent session runs, shared by `rho run` and the
+//! interactive session: `--agent`, `--provider`, `--model`, `--reasoning`, `--no-tools`,
+//! `--no-system-prompt`, `--no-subagents` and `--permission-mode`. They are global, as in
+//! Rho 1.47, so they may come before or after the subcommand.
+
+use clap::Args;
+use rho_policy::PermissionMode;
+
+use super::exit::CliError;
+use crate::agents::Reasoning;
+use crate::config::Config;
+use crate::permissions::mode::select_process_mode;
+use crate::runtime::provider::select::ModelOverrides;
+
+/// Session selection flags.
+#[derive(Debug, Clone, Default, Args)]
+pub struct SessionArgs {
+    /// Select the agent definition used for this session or automation run.
+    #[arg(long, global = true, value_name = "ID")]
+    pub agent: Option<String>,
+    /// Select the provider for this invocation.
+    #[arg(long, global = true, value_name = "PROVIDER")]
+    pub provider: Option<String>,
+    /// Select a model: an id, `provider/model`, or `@alias`.
+    #[arg(long, global = true, value_name = "MODEL")]
+    pub model: Option<String>,
+    /// Select a reasoning level: off, minimal, low, medium, high, xhigh or max.
+    #[arg(long, global = true, value_name = "LEVEL")]
+    pub reasoning: Option<String>,
+    /// Do not expose tools to the model.
+    #[arg(long, global = true)]
+    pub no_tools: bool,
+    /// Do not send rho's system prompt.
+    #[arg(long, global = true)]
+    pub no_system_prompt: bool,
+    /// Do not expose the delegated-agent tools (agent/agents) to the model.
+    #[arg(long, global = true)]
+    pub no_subagents: bool,
+    /// Permission mode: bypass, auto, allow_edits, plan or supervised (overrides
+    /// RHO_PERMISSION_MODE and `[behavior] permission_mode`).
+    #[arg(long = "permission-mode", global = true, value_name = "MODE")]
+    pub permission_mode: Option<String>,
+}
+
+impl SessionArgs {
+    /// The model overrides, checked.
+    pub fn overrides(&self) -> Result<ModelOverrides, CliError> {
+        let reasoning = match &self.reasoning {
+            None => None,
+            Some(text) => Some(Reasoning::parse(text).ok_or_else(|| {
+                CliError::invalid(format!(
+                    "--reasoning `{text}`: allowed: off, minimal, low, medium, high, xhigh, max"
+                ))
+            })?),
+        };
+        for (flag, value) in [("--provider", &self.provider), ("--model", &self.model)] {
+            if let Some(v) = value
+                && (v.is_empty() || v.chars().any(char::is_whitespace))
+            {
+                return Err(CliError::invalid(format!(
+                    "{flag} `{v}` must be non-empty and without whitespace"
+                )));
+            }
+        }
+        Ok(ModelOverrides {
+            provider: self.provider.clone(),
+            model: self.model.clone(),
+            reasoning,
+        })
+    }
+
+    /// The permission mode in force.
+    pub fn permission_mode(&self, config: &Config) -> Result<PermissionMode, CliError> {
+        select_process_mode(self.permission_mode.as_deref(), config)
+            .map(|s| s.mode)
+            .map_err(|e| CliError::invalid(e.to_string()))
+    }
+}
