@@ -617,10 +617,19 @@ impl ModelClient {
                 break;
             }
         }
-        state.finish().map_err(|detail| AttemptError::Retryable {
-            error: malformed(detail),
-            retry_after: None,
-            status: None,
+        // A stream that ended properly but holds an incomplete turn is malformed for good;
+        // one that stopped before its end is a cut, worth another attempt.
+        let ended = state.is_done();
+        state.finish().map_err(|detail| {
+            if ended {
+                AttemptError::Fatal(malformed(detail))
+            } else {
+                AttemptError::Retryable {
+                    error: malformed(detail),
+                    retry_after: None,
+                    status: None,
+                }
+            }
         })
     }
 }
