@@ -24,8 +24,15 @@ pub use exit::{CliError, CliResult, ExitCode};
 pub struct Cli {
     #[command(flatten)]
     session: session_args::SessionArgs,
+    /// Resume a saved interactive session by id or unique id prefix (it continues in its own
+    /// workspace).
+    #[arg(long, short = 'R', value_name = "ID")]
+    resume: Option<String>,
+    /// Open the interactive session with this prompt already sent.
+    #[arg(long = "prompt", value_name = "TEXT")]
+    first_prompt: Option<String>,
     #[command(subcommand)]
-    command: Command,
+    command: Option<Command>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -68,13 +75,20 @@ pub fn main() -> std::process::ExitCode {
         }
     };
     let result = match cli.command {
-        Command::Run(args) => run::run_run(&args, &cli.session),
-        Command::Agents(args) => agents::run_agents(args),
-        Command::Workflow(args) => workflow::run_workflow(args),
-        Command::Doctor(args) => doctor::run_doctor(&args),
-        Command::Trust(args) => trust::run_trust(args),
-        Command::Attach(args) => attach::run_attach(&args),
-        Command::Limits(args) => limits::run_limits(&args),
+        None => crate::interactive::session::run_interactive(
+            crate::interactive::session::InteractiveOptions {
+                resume: cli.resume,
+                prompt: cli.first_prompt,
+            },
+            &cli.session,
+        ),
+        Some(Command::Run(args)) => run::run_run(&args, &cli.session),
+        Some(Command::Agents(args)) => agents::run_agents(args),
+        Some(Command::Workflow(args)) => workflow::run_workflow(args),
+        Some(Command::Doctor(args)) => doctor::run_doctor(&args),
+        Some(Command::Trust(args)) => trust::run_trust(args),
+        Some(Command::Attach(args)) => attach::run_attach(&args),
+        Some(Command::Limits(args)) => limits::run_limits(&args),
     };
     finish(result)
 }

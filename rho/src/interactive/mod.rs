@@ -7,4 +7,5 @@
 
 pub mod commands;
 pub mod render;
+pub mod session;
 pub mod store;

@@ -277,6 +277,12 @@ impl Session {
         self.transcript.path()
     }
 
+    /// Uses `client` for the next model requests (the interactive `/model`); the
+    /// conversation and the tools stay.
+    pub fn set_client(&mut self, client: ModelClient) {
+        self.client = client;
+    }
+
     /// Replaces the conversation (a resumed session).
     pub fn restore(&mut self, messages: Vec<Message>) {
         self.messages = messages;
