@@ -503,24 +503,72 @@ pub struct FrozenDirectory {
 pub struct EnvironmentPolicy {
     /// The policy name: `inherit_except_credentials`.
     pub name: String,
-    /// Name patterns never passed to a node (`*_API_KEY`, `ANTHROPIC_*`, exact names).
+    /// Name patterns never passed to a node (`*_API_KEY`, `ANTHROPIC_*`, exact names),
+    /// matched without regard to ASCII case.
     pub exclude: Vec<String>,
+    /// Name patterns passed even though an exclusion (or a password in a URL value) would
+    /// withhold them (`[environment] allow`). Absent from the encoding when empty, so
+    /// programs frozen without it keep their digest.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allow: Vec<String>,
 }
 
 impl EnvironmentPolicy {
-    /// Whether the variable `name` is withheld from nodes.
+    /// Whether the variable `name` is withheld from nodes by its name alone.
     pub fn excludes(&self, name: &str) -> bool {
-        self.exclude.iter().any(|pattern| glob_match(pattern, name))
+        !self.allows(name) && self.exclude.iter().any(|pattern| glob_match(pattern, name))
+    }
+
+    /// Whether the variable `name` with `value` is withheld from nodes: by its name, or
+    /// because its value is a URL that carries a password (`postgres://u:pw@host/db`).
+    pub fn withholds(&self, name: &str, value: &[u8]) -> bool {
+        !self.allows(name)
+            && (self.exclude.iter().any(|pattern| glob_match(pattern, name))
+                || url_has_password(value))
+    }
+
+    fn allows(&self, name: &str) -> bool {
+        self.allow.iter().any(|pattern| glob_match(pattern, name))
     }
 }
 
-/// Matches `*` wildcards (any run of characters); everything else is literal.
+/// Whether `value` holds a URL whose authority carries a password (`scheme://user:pw@host`).
+pub fn url_has_password(value: &[u8]) -> bool {
+    let mut rest = value;
+    while let Some(at) = find(rest, b"://") {
+        let after = &rest[at + 3..];
+        let end = after
+            .iter()
+            .position(|b| matches!(b, b'/' | b'?' | b'#') || b.is_ascii_whitespace())
+            .unwrap_or(after.len());
+        let authority = &after[..end];
+        if let Some(at_sign) = authority.iter().rposition(|b| *b == b'@') {
+            let userinfo = &authority[..at_sign];
+            if let Some(colon) = userinfo.iter().position(|b| *b == b':')
+                && colon + 1 < userinfo.len()
+            {
+                return true;
+            }
+        }
+        rest = after;
+    }
+    false
+}
+
+fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+    haystack.windows(needle.len()).position(|w| w == needle)
+}
+
+/// Matches `*` wildcards (any run of characters) without regard to ASCII case; everything
+/// else is literal.
 fn glob_match(pattern: &str, name: &str) -> bool {
+    let pattern = pattern.to_ascii_uppercase();
+    let name = name.to_ascii_uppercase();
     let parts: Vec<&str> = pattern.split('*').collect();
     if parts.len() == 1 {
         return pattern == name;
     }
-    let mut rest = name;
+    let mut rest = name.as_str();
     for (i, part) in parts.iter().enumerate() {
         if i == 0 {
             match rest.strip_prefix(part) {
@@ -636,4 +684,51 @@ pub struct AgentSetup {
     pub read_only: bool,
     /// claude-cli: load the user's full Claude settings.
     pub inherit_claude_config: bool,
+}
+
+#[cfg(test)]
+mod environment_tests {
+    use super::{EnvironmentPolicy, url_has_password};
+
+    #[test]
+    fn patterns_match_without_regard_to_case_and_allow_wins() {
+        let policy = EnvironmentPolicy {
+            name: "p".to_owned(),
+            exclude: vec![
+                "*_token".to_owned(),
+                "API_KEY".to_owned(),
+                "*PASS*".to_owned(),
+            ],
+            allow: vec!["ci_job_TOKEN".to_owned()],
+        };
+        assert!(policy.excludes("Github_Token"));
+        assert!(policy.excludes("api_key"));
+        assert!(policy.excludes("MYPASSPHRASE"));
+        assert!(!policy.excludes("CI_JOB_TOKEN"));
+        assert!(!policy.excludes("TOKENIZER"));
+        assert!(policy.withholds("DB", b"mysql://root:pw@localhost/db"));
+        assert!(!policy.withholds("CI_JOB_TOKEN", b"x"));
+    }
+
+    #[test]
+    fn only_a_url_with_a_password_in_its_authority_counts() {
+        assert!(url_has_password(b"postgres://u:p@h/db"));
+        assert!(url_has_password(b"redis://:secret@cache:6379"));
+        assert!(url_has_password(b"a list: x, https://u:p@h"));
+        assert!(!url_has_password(b"postgres://u@h/db"));
+        assert!(!url_has_password(b"postgres://u:@h/db"));
+        assert!(!url_has_password(b"https://h/path:x@y"));
+        assert!(!url_has_password(b"user:pass@host"));
+    }
+
+    #[test]
+    fn an_empty_allow_list_is_not_encoded() {
+        let policy = EnvironmentPolicy {
+            name: "p".to_owned(),
+            exclude: vec![],
+            allow: vec![],
+        };
+        let json = serde_json::to_value(&policy).unwrap_or_default();
+        assert!(json.get("allow").is_none(), "{json}");
+    }
 }

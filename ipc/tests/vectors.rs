@@ -296,6 +296,7 @@ fn program(name: &str, nodes: Vec<Node>, sources: Vec<SourceEntry>) -> FrozenPro
                 .iter()
                 .map(|p| (*p).to_owned())
                 .collect(),
+            allow: vec![],
         },
         scheduler: SchedulerSettings::default(),
         budgets: Budgets::default(),

@@ -27,6 +27,7 @@
 //!
 //! [environment]
 //! exclude = ["MY_SECRET_*"]           # more names kept away from workflow nodes
+//! allow = ["CI_JOB_TOKEN"]            # names passed although a credential pattern matches
 //!
 //! [budgets]
 //! node_count = 2000                   # planning budgets by name (checked by the planner)
@@ -188,9 +189,13 @@ pub struct Provider {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Environment {
-    /// Extra variable names or `PREFIX*` patterns never passed to workflow nodes.
+    /// Extra variable names or `PREFIX*` / `*SUFFIX` patterns never passed to workflow nodes.
     #[serde(default)]
     pub exclude: Vec<String>,
+    /// Variable names or patterns passed to workflow nodes although a credential pattern
+    /// would withhold them.
+    #[serde(default)]
+    pub allow: Vec<String>,
 }
 
 /// `[scheduler]`: capacity settings; `None` keeps the default.
@@ -494,13 +499,22 @@ impl Config {
             );
         }
 
-        for pattern in &model.environment.exclude {
-            let name = pattern.strip_suffix('*').unwrap_or(pattern);
-            if name.is_empty() || !is_env_name(name) {
-                return Err(bad(
-                    "environment.exclude".into(),
-                    format!("`{pattern}` is not a variable name or a `PREFIX*` pattern"),
-                ));
+        for (key, patterns) in [
+            ("environment.exclude", &model.environment.exclude),
+            ("environment.allow", &model.environment.allow),
+        ] {
+            for pattern in patterns {
+                let name = pattern.strip_suffix('*').unwrap_or(pattern);
+                let name = name.strip_prefix('*').unwrap_or(name);
+                if name.is_empty() || !is_env_name(name) {
+                    return Err(bad(
+                        key.into(),
+                        format!(
+                            "`{pattern}` is not a variable name or a `PREFIX*`, `*SUFFIX` or \
+                             `*PART*` pattern"
+                        ),
+                    ));
+                }
             }
         }
 
@@ -969,6 +983,11 @@ max_parallel_agents = 2
                 "[environment]\nexclude = [\"A B\"]\n",
                 "environment.exclude",
                 "A B",
+            ),
+            (
+                "[environment]\nallow = [\"**\"]\n",
+                "environment.allow",
+                "`**`",
             ),
             (
                 "[scheduler]\nmax_parallel_nodes = 0\n",

@@ -11,6 +11,7 @@ pub mod paths;
 pub mod permissions;
 pub mod process;
 pub mod runtime;
+pub mod terminal;
 pub mod tools;
 pub mod trust;
 pub mod workflow;

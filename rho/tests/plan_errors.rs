@@ -689,3 +689,22 @@ fn worker_side_errors_exit_2_and_leave_the_store_untouched() {
     }
     assert_eq!(env.plan_dirs(), plans_before);
 }
+
+#[test]
+fn control_characters_from_the_workflow_are_shown_escaped() {
+    let env = env_with_plan();
+    // Erase the line, print a fake verdict, set the clipboard (OSC 52), start a new line.
+    env.write(
+        "w.star",
+        "fail(\"\\x1b[2K\\rvalid: 0 nodes\\x1b]52;c;SGk=\\x07\\u009b31m\\nok\")\n",
+    );
+    let stderr = assert_invalid(
+        &env,
+        "w.star",
+        &["^[[2K^Mvalid: 0 nodes^[]52;c;SGk=^G\\u{9b}31m^Jok"],
+    );
+    assert!(
+        !stderr.contains(['\u{1b}', '\u{7}', '\r', '\u{9b}']),
+        "raw control characters reached the terminal: {stderr:?}"
+    );
+}

@@ -995,12 +995,28 @@ fn credentials_in_the_owner_environment_never_reach_a_node() {
         "SERVICE_SECRET",
         "SIGNING_SECRET_KEY",
         "GCP_CREDENTIALS",
+        // The audit's list: any case, bare names and the wider families.
+        "my_api_key",
+        "Github_Token",
+        "API_KEY",
+        "TOKEN",
+        "SECRET",
+        "PASSWORD",
+        "STRIPE_APIKEY",
+        "PGPASSWORD",
+        "MYSQL_PWD",
+        "SENTRY_DSN",
+        "SLACK_WEBHOOK_URL",
+        "SSH_AUTH_SOCK",
     ];
     let mut cmd = env.command(&["workflow", "run", "wf.star", "--yes"]);
     for name in secrets {
         cmd.env(name, format!("leaked-{name}"));
     }
     cmd.env("KEEP_ME", "kept-value");
+    // A password in a URL is withheld whatever the variable is called.
+    cmd.env("DATABASE_URL", "postgres://app:leaked-pw@db/x");
+    cmd.env("APP_DB", "postgres://app:leaked-pw@db/x");
     let out = cmd.output().unwrap();
     assert_eq!(code(&out), 0, "{}", text(&out));
     let id = run_id(&out);
@@ -1014,10 +1030,15 @@ fn credentials_in_the_owner_environment_never_reach_a_node() {
     );
     for name in secrets {
         assert!(
-            !seen.contains(name) && !seen.contains(&format!("leaked-{name}")),
+            !seen.lines().any(|l| l.starts_with(&format!("{name}=")))
+                && !seen.contains(&format!("leaked-{name}")),
             "{name} reached the node: {seen}"
         );
     }
+    assert!(
+        !seen.contains("leaked-pw"),
+        "a URL password reached the node: {seen}"
+    );
     // The policy is part of the program: its name and exclusions are frozen with it.
     let status = env.status_json(&id);
     let policy = &status["program"]["environment"];

@@ -98,7 +98,11 @@ fn finish(result: CliResult) -> std::process::ExitCode {
         Ok(code) => std::process::ExitCode::from(code.code()),
         Err(err) => {
             let mut stderr = std::io::stderr().lock();
-            let _ = writeln!(stderr, "error: {}", err.message);
+            let _ = writeln!(
+                stderr,
+                "error: {}",
+                crate::terminal::escape_controls_keep_lines(&err.message)
+            );
             std::process::ExitCode::from(err.code.code())
         }
     }

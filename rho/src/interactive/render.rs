@@ -6,7 +6,6 @@
 //! colours, set the window title or otherwise rewrite what the user sees; and every piece of
 //! streamed text is flushed as soon as it is written.
 
-use std::fmt::Write as _;
 use std::io::{self, Write};
 
 use serde_json::Value;
@@ -20,22 +19,7 @@ const RESULT_LINES: usize = 4;
 /// Replaces control characters other than newline and tab (escape sequences, carriage
 /// returns, backspaces, bells) with visible `^X` / `\u{..}` forms.
 pub fn sanitize(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        match c {
-            '\n' | '\t' => out.push(c),
-            c if (c as u32) < 0x20 => {
-                out.push('^');
-                out.push(char::from(b'@' + u8::try_from(c as u32).unwrap_or(0)));
-            }
-            '\u{7f}' => out.push_str("^?"),
-            c if ('\u{80}'..='\u{9f}').contains(&c) => {
-                let _ = write!(out, "\\u{{{:x}}}", c as u32);
-            }
-            c => out.push(c),
-        }
-    }
-    out
+    crate::terminal::escape_controls_keep_lines(text).into_owned()
 }
 
 /// The one-line preview of a tool call's arguments: the argument a person recognizes the

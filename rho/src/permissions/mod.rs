@@ -9,6 +9,7 @@
 //! allow.
 
 pub mod classifier;
+pub mod credentials;
 pub mod hooks;
 pub mod mode;
 pub mod responder;

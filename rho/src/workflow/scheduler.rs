@@ -637,6 +637,7 @@ pub(crate) mod tests {
             environment: EnvironmentPolicy {
                 name: "inherit_except_credentials".into(),
                 exclude: vec![],
+                allow: vec![],
             },
             scheduler: settings,
             budgets: Budgets::default(),

@@ -246,7 +246,11 @@ pub fn store_error(error: &StoreError) -> CliError {
 pub fn warn(warnings: &[String]) {
     let mut stderr = std::io::stderr().lock();
     for w in warnings {
-        let _ = writeln!(stderr, "warning: {w}");
+        let _ = writeln!(
+            stderr,
+            "warning: {}",
+            crate::terminal::escape_controls_keep_lines(w)
+        );
     }
 }
 

@@ -134,14 +134,16 @@ pub fn annotation(d: &Diagnostic, fallback_file: &str) -> String {
 
 /// Escapes a workflow command message (GitHub's rules: `%`, CR, LF).
 fn escape_data(text: &str) -> String {
-    text.replace('%', "%25")
+    crate::terminal::escape_controls_keep_lines(text)
+        .replace('%', "%25")
         .replace('\r', "%0D")
         .replace('\n', "%0A")
 }
 
 /// Escapes a workflow command property (also `:` and `,`).
 fn escape_property(text: &str) -> String {
-    escape_data(text).replace(':', "%3A").replace(',', "%2C")
+    let text = crate::terminal::escape_controls_keep_lines(text);
+    escape_data(&text).replace(':', "%3A").replace(',', "%2C")
 }
 
 #[cfg(test)]

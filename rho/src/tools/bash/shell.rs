@@ -42,10 +42,8 @@ pub fn child_environment(
     vars: impl IntoIterator<Item = (OsString, OsString)>,
     extra_excludes: &[String],
 ) -> Vec<(OsString, OsString)> {
-    let policy = environment_policy(extra_excludes);
-    vars.into_iter()
-        .filter(|(name, _)| name.to_str().is_some_and(|n| !policy.excludes(n)))
-        .collect()
+    let policy = environment_policy(extra_excludes, &[]);
+    crate::permissions::credentials::filter_environment(&policy, vars)
 }
 
 /// One command to run.

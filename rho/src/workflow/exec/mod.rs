@@ -233,9 +233,7 @@ impl CommandSpec {
 
 /// The owner's environment filtered by a frozen policy, in the owner's order.
 pub fn filtered_environment(policy: &EnvironmentPolicy) -> Vec<(OsString, OsString)> {
-    std::env::vars_os()
-        .filter(|(name, _)| !policy.excludes(&name.to_string_lossy()))
-        .collect()
+    crate::permissions::credentials::filtered_environment(policy)
 }
 
 /// How a process of an attempt can be recognised later (journaled before the runner relies
@@ -441,11 +439,13 @@ mod tests {
         let policy = EnvironmentPolicy {
             name: "inherit_except_credentials".to_owned(),
             exclude: vec!["*".to_owned()],
+            allow: vec![],
         };
         assert!(filtered_environment(&policy).is_empty());
         let keep_all = EnvironmentPolicy {
             name: "x".to_owned(),
             exclude: vec![],
+            allow: vec![],
         };
         assert_eq!(
             filtered_environment(&keep_all).len(),

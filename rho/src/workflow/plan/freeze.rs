@@ -25,38 +25,11 @@ use super::resolve::{ResolveError, Resolver};
 /// The planner's name in every program.
 pub const PLANNER_NAME: &str = "rho-planner";
 
-/// Variables never passed to command nodes, whatever the configuration adds.
-pub const BUILTIN_ENV_EXCLUDES: [&str; 14] = [
-    "*_API_KEY",
-    "*_TOKEN",
-    "*_SECRET",
-    "*_SECRET_KEY",
-    "*_PASSWORD",
-    "*_CREDENTIALS",
-    "ANTHROPIC_*",
-    "OPENAI_*",
-    "AWS_SECRET_ACCESS_KEY",
-    "AWS_SESSION_TOKEN",
-    "GITHUB_TOKEN",
-    "GH_TOKEN",
-    "RHO_TRUST_PROJECT_AGENTS",
-    "RHO_TRUST_PROJECT_HOOKS",
-];
-
-/// The environment policy: the built-in exclusions plus `extra` (from `[environment]
-/// exclude`), sorted and de-duplicated.
-pub fn environment_policy(extra: &[String]) -> EnvironmentPolicy {
-    let mut exclude: Vec<String> = BUILTIN_ENV_EXCLUDES
-        .iter()
-        .map(|s| (*s).to_owned())
-        .collect();
-    exclude.extend(extra.iter().cloned());
-    exclude.sort();
-    exclude.dedup();
-    EnvironmentPolicy {
-        name: "inherit_except_credentials".to_owned(),
-        exclude,
-    }
+/// The environment policy: the built-in credential patterns plus `exclude` (from
+/// `[environment] exclude`), and `allow` (from `[environment] allow`); see
+/// [`crate::permissions::credentials`].
+pub fn environment_policy(exclude: &[String], allow: &[String]) -> EnvironmentPolicy {
+    crate::permissions::credentials::environment_policy(exclude, allow)
 }
 
 /// Resolves an agent id to its frozen setup (the catalog, bound for a workflow node).
@@ -396,7 +369,7 @@ mod tests {
 
     #[test]
     fn environment_policy_is_sorted_and_keeps_builtins() {
-        let policy = environment_policy(&["ZED_*".to_owned(), "OPENAI_*".to_owned()]);
+        let policy = environment_policy(&["ZED_*".to_owned(), "OPENAI_*".to_owned()], &[]);
         assert_eq!(policy.name, "inherit_except_credentials");
         assert!(policy.exclude.windows(2).all(|w| w[0] < w[1]));
         assert!(policy.excludes("MY_API_KEY"));

@@ -34,6 +34,7 @@ use self::worker::{Conversation, WorkerCommand, WorkerError};
 use crate::agents::CatalogSources;
 use crate::config::{Config, ConfigError};
 use crate::paths::RhoHome;
+use crate::terminal::escape_controls;
 use crate::workflow::identity::{FileFacts, open_dir};
 use crate::workflow::store::StoreError;
 use crate::workflow::store::plans::{
@@ -140,11 +141,14 @@ pub fn error_chain(error: &dyn std::error::Error) -> String {
     text
 }
 
-/// `file:line:col: message` (the file is the label without `//`), or just the message.
+/// `file:line:col: message` (the file is the label without `//`), or just the message. The
+/// label and the message may come from the workflow (`fail()`, a module label), so their
+/// control characters are shown escaped, newlines included: one diagnostic is one line.
 pub fn render_diagnostic(diagnostic: &Diagnostic) -> String {
+    let message = escape_controls(&diagnostic.message);
     match &diagnostic.span {
-        Some(span) => format!("{}: {}", checks::span_text(span), diagnostic.message),
-        None => diagnostic.message.clone(),
+        Some(span) => format!("{}: {message}", escape_controls(&checks::span_text(span))),
+        None => message.into_owned(),
     }
 }
 
@@ -189,6 +193,8 @@ pub struct PlanSettings {
     pub budgets: Budgets,
     /// `[environment] exclude`.
     pub environment_exclude: Vec<String>,
+    /// `[environment] allow`.
+    pub environment_allow: Vec<String>,
     /// `[scheduler]`.
     pub scheduler: SchedulerSettings,
 }
@@ -223,6 +229,7 @@ impl PlanSettings {
         Ok(Self {
             budgets,
             environment_exclude: config.environment.exclude.clone(),
+            environment_allow: config.environment.allow.clone(),
             scheduler,
         })
     }
@@ -382,7 +389,10 @@ pub fn plan(input: &PlanInput<'_>) -> Result<Planned, PlanError> {
             budgets,
             resolver: &mut resolver,
             agents: &mut agent_resolver,
-            environment: freeze::environment_policy(&settings.environment_exclude),
+            environment: freeze::environment_policy(
+                &settings.environment_exclude,
+                &settings.environment_allow,
+            ),
             scheduler: settings.scheduler.clone(),
             sources: sources.iter().map(|s| s.entry.clone()).collect(),
         },
