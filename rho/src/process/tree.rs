@@ -45,7 +45,7 @@ pub fn child_environment(
     vars: impl IntoIterator<Item = (OsString, OsString)>,
     extra_excludes: &[String],
 ) -> Vec<(OsString, OsString)> {
-    let policy = environment_policy(extra_excludes);
+    let policy = environment_policy(extra_excludes, &[]);
     vars.into_iter()
         .filter(|(name, value)| {
             let bytes = name.as_bytes();
@@ -53,7 +53,7 @@ pub fn child_environment(
                 && !bytes.contains(&b'=')
                 && !bytes.contains(&0)
                 && !value.as_bytes().contains(&0)
-                && name.to_str().is_none_or(|n| !policy.excludes(n))
+                && !crate::permissions::credentials::is_withheld(&policy, name, value)
         })
         .collect()
 }
