@@ -1048,7 +1048,8 @@ fn credentials_in_the_owner_environment_never_reach_a_node() {
         "*_TOKEN",
         "ANTHROPIC_*",
         "OPENAI_*",
-        "*_PASSWORD",
+        "*PASSWORD",
+        "SSH_AUTH_SOCK",
     ] {
         assert!(
             policy["exclude"]
