@@ -118,6 +118,8 @@ pub(super) fn response_decision(stdout: &[u8]) -> Result<Decision, String> {
     let value: serde_json::Value =
         serde_json::from_slice(stdout).map_err(|err| format!("malformed JSON: {err}"))?;
     let object = value.as_object().ok_or("expected a JSON object")?;
+    // `Value` keeps the last of duplicate keys; a hook's answer must not be ambiguous.
+    serde_json::from_slice::<UniqueObject>(stdout).map_err(|err| err.to_string())?;
     if let Some(key) = object
         .keys()
         .find(|k| !matches!(k.as_str(), "version" | "decision" | "reason"))
@@ -144,6 +146,37 @@ pub(super) fn response_decision(stdout: &[u8]) -> Result<Decision, String> {
         Some((d, _)) => Err(format!(
             "unknown decision {d}; expected \"continue\" or \"deny\""
         )),
+    }
+}
+
+/// A JSON object whose keys are all distinct (parsing fails on a repeated key).
+struct UniqueObject;
+
+impl<'de> serde::Deserialize<'de> for UniqueObject {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Keys;
+        impl<'de> serde::de::Visitor<'de> for Keys {
+            type Value = UniqueObject;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<UniqueObject, A::Error> {
+                let mut seen = std::collections::BTreeSet::new();
+                while let Some(key) = map.next_key::<String>()? {
+                    map.next_value::<serde::de::IgnoredAny>()?;
+                    if !seen.insert(key.clone()) {
+                        return Err(serde::de::Error::custom(format_args!(
+                            "duplicate field `{key}`"
+                        )));
+                    }
+                }
+                Ok(UniqueObject)
+            }
+        }
+        deserializer.deserialize_map(Keys)
     }
 }
 
@@ -189,7 +222,15 @@ mod tests {
             "{{\"version\":1,\"decision\":\"continue\"}}{}",
             " ".repeat(HOOK_OUTPUT_LIMIT)
         );
-        let cases: [(&[u8], &str); 12] = [
+        let cases: [(&[u8], &str); 14] = [
+            (
+                br#"{"version":1,"decision":"deny","decision":"continue"}"#,
+                "duplicate field `decision`",
+            ),
+            (
+                br#"{"version":1,"version":1,"decision":"continue"}"#,
+                "duplicate field `version`",
+            ),
             (b"", "no output"),
             (b"  \n", "no output"),
             (b"ok", "malformed JSON"),
