@@ -253,7 +253,7 @@ fn confirmation_is_required_without_a_terminal() {
 }
 
 #[test]
-fn agent_node_without_runtime_fails_saying_so() {
+fn agent_node_without_a_model_fails_saying_so() {
     let env = Env::new();
     env.write(
         "wf.star",
@@ -266,11 +266,7 @@ fn agent_node_without_runtime_fails_saying_so() {
         return;
     }
     assert_eq!(code(&out), 3, "{}", text(&out));
-    assert!(
-        text(&out).contains("no agent runtime configured for agent default"),
-        "{}",
-        text(&out)
-    );
+    assert!(text(&out).contains("no model selected"), "{}", text(&out));
 }
 
 #[test]

@@ -11,5 +11,6 @@ pub mod claude_cli;
 pub mod delegation;
 pub mod host;
 pub mod launch;
+pub mod node;
 pub mod provider;
 pub mod transcript;

@@ -23,8 +23,8 @@ use crate::permissions::{
 };
 use crate::runtime::claude_cli::environment::child_environment;
 use crate::runtime::claude_cli::node::{ClaudeCliExecutor, ClaudeNodeContext};
+use crate::runtime::node::RuntimeAgentExecutor;
 use crate::workflow::plan::{error_chain, recorded_sandbox_warnings};
-use crate::workflow::runner::agent::NoAgentRuntime;
 use crate::workflow::runner::authorize::CommandAuthorizer;
 use crate::workflow::runner::{self, ProgressSink, RunContext, RunError, RunReport, signals};
 use crate::workflow::state::{Event, EventKind, NodeState, Outcome, State};
@@ -193,7 +193,12 @@ pub fn run_context(ctx: &Context, mode: PermissionMode) -> Result<RunContext, Cl
                 env: child_environment(std::env::vars_os()),
                 timeout: None,
             },
-            Arc::new(NoAgentRuntime),
+            Arc::new(RuntimeAgentExecutor::new(
+                ctx.home.clone(),
+                ctx.config.clone(),
+                ctx.workspace.clone(),
+                mode,
+            )),
         )),
         watch_signals: true,
     })
