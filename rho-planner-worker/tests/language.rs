@@ -476,11 +476,50 @@ fn syntax_error_names_file_line_and_column() {
 }
 
 #[test]
-fn lambda_and_while_are_syntax_errors() {
-    assert_eq!(diagnostic(run("f = lambda x: x\n")).code, "syntax");
+fn while_is_a_syntax_error_and_lambda_is_allowed() {
+    // Rho 1.47 evaluates the standard dialect, lambda included.
+    let src = "step = lambda n: command(name = n, argv = [\"true\"], timeout_seconds = 1, max_output_bytes = 1)\n\
+               def build(inputs):\n    return workflow(name = \"w\", nodes = [step(\"a\")])\n\
+               WORKFLOW = define(inputs = {}, build = build)\n";
+    let w = workflow(run(src));
+    assert_eq!(w.nodes[0].name, "a");
     assert_eq!(
         diagnostic(run("def f():\n    while True:\n        pass\n")).code,
         "syntax"
+    );
+}
+
+#[test]
+fn rho_call_forms_plan_the_same_program() {
+    // Positional parameters in Rho 1.47's order, node values read as dicts, a plain schema on
+    // a command (its stdout JSON), stdout_json on an agent (unwrapped), empty condition lists.
+    let src = "def build(inputs):\n\
+               \x20   a = command(\"a\", [\"x\"], \".\", None, None, False, schema.integer(), 5, 7)\n\
+               \x20   b = agent(\"b\", \"r\", \"p\", \"read_only\", [a[\"name\"]], condition.all([]), False, schema.stdout_json(schema.bool()), a[\"timeout_seconds\"], 9)\n\
+               \x20   c = shell(\"c\", \"sh\", [\"-c\"], \"true\", when = condition.is_one_of(status(\"a\"), []), timeout_seconds = 1, max_output_bytes = 1)\n\
+               \x20   return workflow(\"w\", [a, b, c])\n\
+               WORKFLOW = define({\"s\": input.string(\"x\")}, build)\n";
+    let w = workflow(run(src));
+    let (a, b, c) = (&w.nodes[0], &w.nodes[1], &w.nodes[2]);
+    assert_eq!((a.timeout_seconds, a.max_output_bytes), (5, 7));
+    assert_eq!(
+        a.output,
+        Some(Schema::StdoutJson {
+            schema: Box::new(Schema::Integer)
+        })
+    );
+    assert_eq!(b.needs, ["a"]);
+    assert_eq!(b.timeout_seconds, 5);
+    assert_eq!(b.output, Some(Schema::Bool));
+    assert_eq!(b.when, Some(Condition::All { conditions: vec![] }));
+    assert!(matches!(&c.when, Some(Condition::IsOneOf { values, .. }) if values.is_empty()));
+    let d = diagnostic(run(
+        "x = command(name = \"a\", argv = [\"x\"], timeout_seconds = 1, max_output_bytes = 1)[\"argv\"]\n",
+    ));
+    assert!(
+        d.message.contains("no readable key \"argv\""),
+        "{}",
+        d.message
     );
 }
 
@@ -604,8 +643,14 @@ fn wrong_default_is_an_error_at_define() {
     let d = diagnostic(run("x = input.integer(default = \"3\")\n"));
     assert_eq!(d.code, "invalid_default");
     assert_eq!(d.span, span(1, 5));
-    let d = diagnostic(run("x = input.enum([\"a\"], default = \"b\")\n"));
+    // As in Rho 1.47, an enum default outside the members is checked only when bound.
+    let d = diagnostic(run("x = input.enum([\"a\"], default = [\"b\"])\n"));
     assert_eq!(d.code, "invalid_default");
+    let src = "def build(inputs):\n    return workflow(name = \"w\", nodes = [])\n\
+               WORKFLOW = define(inputs = {\"m\": input.enum([\"a\"], default = \"b\")}, build = build)\n";
+    let d = diagnostic(run(src));
+    assert_eq!(d.code, "input_not_in_enum");
+    assert!(d.message.contains("\"b\""), "{}", d.message);
 }
 
 #[test]
@@ -683,8 +728,12 @@ fn node_fields_are_checked() {
             "read_only",
         ),
         (
-            "agent(name = \"a\", agent = \"r\", prompt = \"p\", output = schema.stdout_json(schema.string()), timeout_seconds = 1, max_output_bytes = 1)",
-            "stdout_json",
+            "command(name = \"a\", argv = [\"x\"], max_output_bytes = 1)",
+            "command(timeout_seconds) is required",
+        ),
+        (
+            "schema.list(item = schema.string(), items = schema.string())",
+            "not both",
         ),
         (
             "command(name = \"a\", argv = [\"x\"], output = schema.optional(schema.string()), timeout_seconds = 1, max_output_bytes = 1)",

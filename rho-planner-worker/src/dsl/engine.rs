@@ -75,10 +75,9 @@ impl<'c, 'h> Engine<'c, 'h> {
         let deadline = started + std::time::Duration::from_millis(budgets.planner_wall_ms);
         Self {
             globals: builtins::globals(),
-            dialect: Dialect {
-                enable_lambda: false,
-                ..Dialect::Standard
-            },
+            // Rho 1.47 evaluates the standard dialect, `lambda` included; the budgets
+            // (ticks, heap, call stack) bound a lambda as they bound a `def`.
+            dialect: Dialect::Standard,
             context,
             budgets,
             host,

@@ -17,13 +17,15 @@ use std::fmt;
 
 use allocative::Allocative;
 use rho_ipc::budget::Budgets;
-use rho_ipc::evaluated::{EvaluatedNode, SourceSpan};
+use rho_ipc::evaluated::{EvaluatedExecution, EvaluatedNode, SourceSpan};
 use rho_ipc::program::{Condition, InputDecl, Reference, Schema, Template};
 use starlark::coerce::Coerce;
 use starlark::starlark_complex_value;
 use starlark::starlark_simple_value;
+use starlark::values::ValueError;
+use starlark::values::list::AllocList;
 use starlark::values::{
-    Freeze, NoSerialize, ProvidesStaticType, StarlarkValue, Trace, Value, ValueLifetimeless,
+    Freeze, Heap, NoSerialize, ProvidesStaticType, StarlarkValue, Trace, Value, ValueLifetimeless,
     ValueLike, starlark_value,
 };
 
@@ -105,7 +107,87 @@ impl fmt::Display for RhoValue {
 
 #[allow(clippy::elidable_lifetime_names)] // the `starlark_value` macro needs the name
 #[starlark_value(type = "rho_value")]
-impl<'v> StarlarkValue<'v> for RhoValue {}
+impl<'v> StarlarkValue<'v> for RhoValue {
+    /// A node reads like the dict Rho 1.47's constructors return (`a["name"]` in `needs`),
+    /// for the keys that hold plain data; other values are not indexable.
+    fn at(&self, index: Value<'v>, heap: Heap<'v>) -> starlark::Result<Value<'v>> {
+        let Item::Node(node) = &self.item else {
+            return ValueError::unsupported_with(self, "[]", index);
+        };
+        let Some(key) = index.unpack_str() else {
+            return Err(node_key_error(&node.name, &index.to_repr()));
+        };
+        node_field(node, key, heap).ok_or_else(|| node_key_error(&node.name, &format!("{key:?}")))
+    }
+
+    fn is_in(&self, other: Value<'v>) -> starlark::Result<bool> {
+        match (&self.item, other.unpack_str()) {
+            (Item::Node(node), Some(key)) => Ok(node_keys(node).contains(&key)),
+            _ => ValueError::unsupported_with(self, "in", other),
+        }
+    }
+}
+
+/// The keys a node value can be indexed with: Rho's dict keys that hold plain data.
+fn node_keys(node: &EvaluatedNode) -> Vec<&'static str> {
+    let mut keys = vec![
+        "__rho_type",
+        "name",
+        "needs",
+        "allow_failure",
+        "timeout_seconds",
+        "max_output_bytes",
+    ];
+    keys.extend_from_slice(match node.execution {
+        EvaluatedExecution::Agent { .. } => &["agent", "access"][..],
+        EvaluatedExecution::Command { .. } => &["cwd"][..],
+        EvaluatedExecution::Shell { .. } => &["executable", "arguments", "command", "cwd"][..],
+    });
+    keys
+}
+
+fn node_field<'v>(node: &EvaluatedNode, key: &str, heap: Heap<'v>) -> Option<Value<'v>> {
+    let value = match (key, &node.execution) {
+        ("__rho_type", EvaluatedExecution::Agent { .. }) => heap.alloc("agent"),
+        ("__rho_type", EvaluatedExecution::Command { .. }) => heap.alloc("command"),
+        ("__rho_type", EvaluatedExecution::Shell { .. }) => heap.alloc("shell"),
+        ("name", _) => heap.alloc(node.name.as_str()),
+        ("needs", _) => heap.alloc(AllocList(node.needs.iter().map(String::as_str))),
+        ("allow_failure", _) => Value::new_bool(node.allow_failure),
+        ("timeout_seconds", _) => heap.alloc(node.timeout_seconds),
+        ("max_output_bytes", _) => heap.alloc(node.max_output_bytes),
+        ("agent", EvaluatedExecution::Agent { agent, .. }) => heap.alloc(agent.as_str()),
+        ("access", EvaluatedExecution::Agent { .. }) => heap.alloc(match node.access {
+            Some(rho_ipc::program::Access::ReadOnly) => "read_only",
+            _ => "mutating",
+        }),
+        (
+            "cwd",
+            EvaluatedExecution::Command { cwd, .. } | EvaluatedExecution::Shell { cwd, .. },
+        ) => heap.alloc(cwd.as_str()),
+        ("executable", EvaluatedExecution::Shell { executable, .. }) => {
+            heap.alloc(executable.as_str())
+        }
+        ("arguments", EvaluatedExecution::Shell { arguments, .. }) => {
+            heap.alloc(AllocList(arguments.iter().map(String::as_str)))
+        }
+        ("command", EvaluatedExecution::Shell { command, .. }) => heap.alloc(command.as_str()),
+        _ => return None,
+    };
+    Some(value)
+}
+
+fn node_key_error(node: &str, key: &str) -> starlark::Error {
+    starlark::Error::from(Fault::new(
+        "invalid_argument",
+        format!(
+            "node {node:?} has no readable key {key}; nodes read like Rho's dicts for \
+             \"name\", \"needs\", \"allow_failure\", \"timeout_seconds\", \
+             \"max_output_bytes\" and their kind's plain fields (agent: \"agent\", \"access\"; \
+             command: \"cwd\"; shell: \"executable\", \"arguments\", \"command\", \"cwd\")"
+        ),
+    ))
+}
 
 impl RhoValue {
     /// The item behind a Starlark value, when it is one of ours.

@@ -49,13 +49,8 @@ pub(super) fn condition_list(
     limits: Limits,
     what: &str,
 ) -> Result<Vec<Condition>, Fault> {
+    // Empty lists plan as in Rho 1.47: `all([])` holds, `any([])` does not.
     let items = expect_list(value, limits, what)?;
-    if items.is_empty() {
-        return Err(Fault::new(
-            "invalid_condition",
-            format!("{what} must hold at least one condition"),
-        ));
-    }
     items
         .iter()
         .enumerate()
@@ -87,13 +82,8 @@ pub(super) fn condition_functions(builder: &mut GlobalsBuilder) {
         make_condition(eval, |ctx| {
             let reference = reference_of(reference, "condition.is_one_of(reference)")?;
             let limits = ctx.limits();
+            // An empty list plans as in Rho 1.47: the condition never holds.
             let items = expect_list(values, limits, "condition.is_one_of(values)")?;
-            if items.is_empty() {
-                return Err(Fault::new(
-                    "invalid_condition",
-                    "condition.is_one_of(values) must not be empty",
-                ));
-            }
             let values = items
                 .iter()
                 .enumerate()

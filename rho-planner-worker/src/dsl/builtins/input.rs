@@ -26,6 +26,21 @@ pub(super) fn input_default(
         return Ok(None);
     };
     let data = convert::to_data(value, limits, &format!("{what}(default)"))?;
+    if let InputType::Enum { .. } = ty {
+        // As in Rho 1.47, an enum default is not checked against the members here: only
+        // the value bound to the input is (a default outside the members fails planning
+        // only when no value is supplied). It must still be a scalar.
+        if !data.is_scalar() {
+            return Err(Fault::new(
+                "invalid_default",
+                format!(
+                    "{what}(default): the default must be a scalar (None, bool, integer or string), got {}",
+                    describe_data(&data)
+                ),
+            ));
+        }
+        return Ok(Some(data));
+    }
     check_input_value(ty, &data).map_err(|expected| {
         Fault::new(
             "invalid_default",
@@ -101,7 +116,7 @@ pub(super) fn make_enum_input<'v>(
 pub(super) fn input_functions(builder: &mut GlobalsBuilder) {
     /// A string input.
     fn string<'v>(
-        #[starlark(require = named)] default: Option<Value<'v>>,
+        default: Option<Value<'v>>,
         eval: &mut Evaluator<'v, '_, '_>,
     ) -> starlark::Result<Value<'v>> {
         make_input(eval, InputType::String, default, "input.string")
@@ -109,7 +124,7 @@ pub(super) fn input_functions(builder: &mut GlobalsBuilder) {
 
     /// An integer input.
     fn integer<'v>(
-        #[starlark(require = named)] default: Option<Value<'v>>,
+        default: Option<Value<'v>>,
         eval: &mut Evaluator<'v, '_, '_>,
     ) -> starlark::Result<Value<'v>> {
         make_input(eval, InputType::Integer, default, "input.integer")
@@ -117,7 +132,7 @@ pub(super) fn input_functions(builder: &mut GlobalsBuilder) {
 
     /// A bool input.
     fn bool<'v>(
-        #[starlark(require = named)] default: Option<Value<'v>>,
+        default: Option<Value<'v>>,
         eval: &mut Evaluator<'v, '_, '_>,
     ) -> starlark::Result<Value<'v>> {
         make_input(eval, InputType::Bool, default, "input.bool")
@@ -126,7 +141,7 @@ pub(super) fn input_functions(builder: &mut GlobalsBuilder) {
     /// An input whose value is one of `members`.
     fn r#enum<'v>(
         members: Value<'v>,
-        #[starlark(require = named)] default: Option<Value<'v>>,
+        default: Option<Value<'v>>,
         eval: &mut Evaluator<'v, '_, '_>,
     ) -> starlark::Result<Value<'v>> {
         make_enum_input(eval, members, default, "input.enum")
@@ -135,7 +150,7 @@ pub(super) fn input_functions(builder: &mut GlobalsBuilder) {
     /// The same as `input.enum`.
     fn enum_<'v>(
         members: Value<'v>,
-        #[starlark(require = named)] default: Option<Value<'v>>,
+        default: Option<Value<'v>>,
         eval: &mut Evaluator<'v, '_, '_>,
     ) -> starlark::Result<Value<'v>> {
         make_enum_input(eval, members, default, "input.enum_")

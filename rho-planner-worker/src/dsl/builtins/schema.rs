@@ -80,11 +80,32 @@ pub(super) fn schema_functions(builder: &mut GlobalsBuilder) {
     }
 
     /// A list of `items`.
-    fn list<'v>(items: Value<'v>, eval: &mut Evaluator<'v, '_, '_>) -> starlark::Result<Value<'v>> {
+    fn list<'v>(
+        item: Option<Value<'v>>,
+        #[starlark(require = named)] items: Option<Value<'v>>,
+        eval: &mut Evaluator<'v, '_, '_>,
+    ) -> starlark::Result<Value<'v>> {
+        // Rho 1.47 names the parameter `item`; `items` stays an alias.
         make_schema(eval, |_| {
+            let (value, what) = match (item, items) {
+                (Some(v), None) => (v, "schema.list(item)"),
+                (None, Some(v)) => (v, "schema.list(items)"),
+                (Some(_), Some(_)) => {
+                    return Err(Fault::new(
+                        "invalid_schema",
+                        "schema.list: give the item schema once, as `item` (or its alias `items`), not both",
+                    ));
+                }
+                (None, None) => {
+                    return Err(Fault::new(
+                        "invalid_schema",
+                        "schema.list needs the item schema: schema.list(schema.string()) or schema.list(item = ...)",
+                    ));
+                }
+            };
             Ok((
                 Schema::List {
-                    items: Box::new(nested_schema(items, "schema.list(items)")?),
+                    items: Box::new(nested_schema(value, what)?),
                 },
                 false,
             ))

@@ -30,8 +30,8 @@ pub(super) struct Common<'v> {
     when: Option<Value<'v>>,
     allow_failure: Option<Value<'v>>,
     output: Option<Value<'v>>,
-    timeout_seconds: Value<'v>,
-    max_output_bytes: Value<'v>,
+    timeout_seconds: Option<Value<'v>>,
+    max_output_bytes: Option<Value<'v>>,
 }
 
 pub(super) fn build_node(
@@ -73,21 +73,25 @@ pub(super) fn build_node(
                     ),
                 ));
             }
-            if kind == "agent" && matches!(schema, Schema::StdoutJson { .. }) {
-                return Err(Fault::new(
-                    "invalid_schema",
-                    "agent(output): schema.stdout_json is allowed only as a command or shell node's output",
-                ));
-            }
-            Some(schema)
+            // Rho 1.47 reads a command's plain schema as its stdout JSON and unwraps
+            // `stdout_json` on an agent; the frozen program says which explicitly.
+            Some(match (kind, schema) {
+                ("agent", Schema::StdoutJson { schema }) => *schema,
+                ("agent", schema) | (_, schema @ Schema::StdoutJson { .. }) => schema,
+                (_, schema) => Schema::StdoutJson {
+                    schema: Box::new(schema),
+                },
+            })
         }
         None => None,
     };
-    let timeout_seconds =
-        expect_positive(common.timeout_seconds, &format!("{kind}(timeout_seconds)"))?;
+    let timeout_seconds = expect_positive(
+        required(common.timeout_seconds, kind, "timeout_seconds")?,
+        &format!("{kind}(timeout_seconds)"),
+    )?;
     Fault::check(&ctx.budgets, "node_timeout_seconds", timeout_seconds)?;
     let max_output_bytes = expect_positive(
-        common.max_output_bytes,
+        required(common.max_output_bytes, kind, "max_output_bytes")?,
         &format!("{kind}(max_output_bytes)"),
     )?;
     Fault::check(
@@ -106,6 +110,17 @@ pub(super) fn build_node(
         output,
         execution,
         span: call_site(eval),
+    })
+}
+
+/// A bound every node must state (Rho 1.47 declares it optional but fails planning without
+/// it, and so do we, with a message that says so).
+fn required<'v>(value: Option<Value<'v>>, kind: &str, what: &str) -> Result<Value<'v>, Fault> {
+    given(value).ok_or_else(|| {
+        Fault::new(
+            "invalid_argument",
+            format!("{kind}({what}) is required: every node states its {what}"),
+        )
     })
 }
 
@@ -268,16 +283,16 @@ pub(super) fn workflow_functions(builder: &mut GlobalsBuilder) {
     /// An agent node.
     #[allow(clippy::too_many_arguments)]
     fn agent<'v>(
-        #[starlark(require = named)] name: Value<'v>,
-        #[starlark(require = named)] agent: Value<'v>,
-        #[starlark(require = named)] prompt: Value<'v>,
-        #[starlark(require = named)] timeout_seconds: Value<'v>,
-        #[starlark(require = named)] max_output_bytes: Value<'v>,
-        #[starlark(require = named)] access: Option<Value<'v>>,
-        #[starlark(require = named)] needs: Option<Value<'v>>,
-        #[starlark(require = named)] when: Option<Value<'v>>,
-        #[starlark(require = named)] allow_failure: Option<Value<'v>>,
-        #[starlark(require = named)] output: Option<Value<'v>>,
+        name: Value<'v>,
+        agent: Value<'v>,
+        prompt: Value<'v>,
+        access: Option<Value<'v>>,
+        needs: Option<Value<'v>>,
+        when: Option<Value<'v>>,
+        allow_failure: Option<Value<'v>>,
+        output: Option<Value<'v>>,
+        timeout_seconds: Option<Value<'v>>,
+        max_output_bytes: Option<Value<'v>>,
         eval: &mut Evaluator<'v, '_, '_>,
     ) -> starlark::Result<Value<'v>> {
         at_site(eval, |eval, ctx| {
@@ -327,15 +342,15 @@ pub(super) fn workflow_functions(builder: &mut GlobalsBuilder) {
     /// A direct-argv command node.
     #[allow(clippy::too_many_arguments)]
     fn command<'v>(
-        #[starlark(require = named)] name: Value<'v>,
-        #[starlark(require = named)] argv: Value<'v>,
-        #[starlark(require = named)] timeout_seconds: Value<'v>,
-        #[starlark(require = named)] max_output_bytes: Value<'v>,
-        #[starlark(require = named)] cwd: Option<Value<'v>>,
-        #[starlark(require = named)] needs: Option<Value<'v>>,
-        #[starlark(require = named)] when: Option<Value<'v>>,
-        #[starlark(require = named)] allow_failure: Option<Value<'v>>,
-        #[starlark(require = named)] output: Option<Value<'v>>,
+        name: Value<'v>,
+        argv: Value<'v>,
+        cwd: Option<Value<'v>>,
+        needs: Option<Value<'v>>,
+        when: Option<Value<'v>>,
+        allow_failure: Option<Value<'v>>,
+        output: Option<Value<'v>>,
+        timeout_seconds: Option<Value<'v>>,
+        max_output_bytes: Option<Value<'v>>,
         #[starlark(require = named)] access: Option<Value<'v>>,
         eval: &mut Evaluator<'v, '_, '_>,
     ) -> starlark::Result<Value<'v>> {
@@ -383,17 +398,17 @@ pub(super) fn workflow_functions(builder: &mut GlobalsBuilder) {
     /// An explicit shell node.
     #[allow(clippy::too_many_arguments)]
     fn shell<'v>(
-        #[starlark(require = named)] name: Value<'v>,
-        #[starlark(require = named)] executable: Value<'v>,
-        #[starlark(require = named)] command: Value<'v>,
-        #[starlark(require = named)] timeout_seconds: Value<'v>,
-        #[starlark(require = named)] max_output_bytes: Value<'v>,
-        #[starlark(require = named)] arguments: Option<Value<'v>>,
-        #[starlark(require = named)] cwd: Option<Value<'v>>,
-        #[starlark(require = named)] needs: Option<Value<'v>>,
-        #[starlark(require = named)] when: Option<Value<'v>>,
-        #[starlark(require = named)] allow_failure: Option<Value<'v>>,
-        #[starlark(require = named)] output: Option<Value<'v>>,
+        name: Value<'v>,
+        executable: Value<'v>,
+        arguments: Option<Value<'v>>,
+        command: Option<Value<'v>>,
+        cwd: Option<Value<'v>>,
+        needs: Option<Value<'v>>,
+        when: Option<Value<'v>>,
+        allow_failure: Option<Value<'v>>,
+        output: Option<Value<'v>>,
+        timeout_seconds: Option<Value<'v>>,
+        max_output_bytes: Option<Value<'v>>,
         #[starlark(require = named)] access: Option<Value<'v>>,
         eval: &mut Evaluator<'v, '_, '_>,
     ) -> starlark::Result<Value<'v>> {
@@ -411,7 +426,16 @@ pub(super) fn workflow_functions(builder: &mut GlobalsBuilder) {
                 Some(v) => static_strings(v, limits, "shell(arguments)")?,
                 None => Vec::new(),
             };
-            let command = static_string(command, limits, "shell(command)")?;
+            let command = static_string(
+                given(command).ok_or_else(|| {
+                    Fault::new(
+                        "invalid_argument",
+                        "shell(command) is required: the shell source to run",
+                    )
+                })?,
+                limits,
+                "shell(command)",
+            )?;
             let cwd = match given(cwd) {
                 Some(v) => static_string(v, limits, "shell(cwd)")?,
                 None => ".".to_owned(),

@@ -519,7 +519,7 @@ pub fn semantics(workflow: &EvaluatedWorkflow, budgets: &Budgets) -> Vec<Diagnos
                 out.push(prefixed(d, &node.name));
             }
             references.extend(condition.references().into_iter().map(|r| (r, "condition")));
-            check_condition_values(condition, &node.name, span, &mut out);
+            check_condition_values(condition, &node.name, span, &facts, &mut out);
         }
         match &node.execution {
             EvaluatedExecution::Agent { prompt, .. } => {
@@ -568,11 +568,14 @@ pub fn semantics(workflow: &EvaluatedWorkflow, budgets: &Budgets) -> Vec<Diagnos
     out
 }
 
-/// Values compared with a status must be states, and with an exit code integers.
+/// Values compared with a status must be states, with an exit code 32-bit integers (an exit
+/// status is an `i32`), and with an output values its schema can produce: a comparison that
+/// can never hold is a mistake, refused as Rho 1.47 refuses it.
 fn check_condition_values(
     condition: &Condition,
     node: &str,
     span: Option<&SourceSpan>,
+    facts: &HashMap<&str, NodeFacts<'_>>,
     out: &mut Vec<Diagnostic>,
 ) {
     let mut stack = vec![condition];
@@ -607,6 +610,39 @@ fn check_condition_values(
                 }
                 (Reference::ExitCode { node: target }, other) if !matches!(other, Data::Int(_)) => {
                     out.push(diag("condition", format!("node `{node}`: condition compares exit_code(\"{target}\") with a {}, not an integer", other.kind()), span));
+                }
+                (Reference::ExitCode { node: target }, Data::Int(code))
+                    if i32::try_from(*code).is_err() =>
+                {
+                    out.push(diag(
+                        "condition",
+                        format!(
+                            "node `{node}`: condition compares exit_code(\"{target}\") with {code}, outside the 32-bit range of exit codes ({} to {})",
+                            i32::MIN,
+                            i32::MAX
+                        ),
+                        span,
+                    ));
+                }
+                (Reference::Output { node: target, path }, value) => {
+                    // An unknown target or path is reported with the references.
+                    let Ok(schema) = check_reference(reference, facts) else {
+                        continue;
+                    };
+                    if let Err(why) = crate::workflow::runner::output::validate(&schema, value) {
+                        let at = path
+                            .iter()
+                            .map(|p| format!("\"{p}\""))
+                            .collect::<Vec<_>>()
+                            .join(", ");
+                        out.push(diag(
+                            "condition",
+                            format!(
+                                "node `{node}`: condition compares output(\"{target}\", [{at}]) with {value}, which its schema can never produce ({why})"
+                            ),
+                            span,
+                        ));
+                    }
                 }
                 _ => {}
             }

@@ -461,6 +461,12 @@ fn entry_file(file: &Path, workspace: &Path) -> Result<Entry, PlanError> {
         std::io::ErrorKind::NotFound => bad(format!("workflow file `{shown}` does not exist")),
         _ => bad(format!("workflow file `{shown}` cannot be read: {e}")),
     })?;
+    if let Some(link) = symlink_on_the_way(&absolute, workspace) {
+        return Err(bad(format!(
+            "workflow file `{shown}`: `{}` is a symbolic link; a workflow entry file (and every directory above it inside the workspace) must be a real file or directory, as in Rho 1.47: name the target instead",
+            link.display()
+        )));
+    }
     let Some(label) = modules::entry_label(&canonical, workspace) else {
         return Err(bad(format!(
             "workflow file `{shown}` is outside the workspace {} (the directory rho runs in); run rho from the workspace that contains it",
@@ -473,6 +479,48 @@ fn entry_file(file: &Path, workspace: &Path) -> Result<Entry, PlanError> {
         .parent()
         .map_or_else(|| workspace.to_owned(), Path::to_path_buf);
     Ok(Entry { label, dir })
+}
+
+/// The first symbolic link met walking `path` (made absolute, `.` and `..` taken lexically)
+/// down from the workspace; a path that only reaches the workspace through a link outside it
+/// reports that link. `None` for a path outside the workspace (refused elsewhere) or one
+/// without links.
+fn symlink_on_the_way(path: &Path, workspace: &Path) -> Option<PathBuf> {
+    let mut lexical = PathBuf::new();
+    for component in path.components() {
+        match component {
+            std::path::Component::ParentDir => {
+                // `..` after a link leaves the link's target, not its directory: the link
+                // itself is the problem.
+                if is_symlink(&lexical) {
+                    return Some(lexical);
+                }
+                lexical.pop();
+            }
+            std::path::Component::CurDir => {}
+            other => {
+                lexical.push(other);
+                if lexical.starts_with(workspace) && lexical != workspace && is_symlink(&lexical) {
+                    return Some(lexical);
+                }
+            }
+        }
+    }
+    if !lexical.starts_with(workspace) {
+        // Inside the workspace only through a link somewhere above it.
+        let mut prefix = PathBuf::new();
+        for component in lexical.components() {
+            prefix.push(component);
+            if is_symlink(&prefix) {
+                return Some(prefix);
+            }
+        }
+    }
+    None
+}
+
+fn is_symlink(path: &Path) -> bool {
+    std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_symlink())
 }
 
 /// Runs one plan conversation with the worker.
