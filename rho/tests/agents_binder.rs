@@ -633,7 +633,8 @@ fn agent_setup_records_the_frozen_binding() {
 #[test]
 fn bound_capabilities_never_exceed_the_host_set() {
     // Every built-in capability name, requested against every prefix of a host set: each
-    // listed name is either granted (as itself, or `shell` as the platform shell) or withheld.
+    // listed name is either granted (as itself, `shell` as the platform shell, a Rho alias as
+    // its capability's canonical tool when the host lacks the alias) or withheld.
     let host_names: Vec<&str> = rho::agents::definition::RHO_CAPABILITIES.to_vec();
     let request = format!(
         "---\ndescription: d\ntools: [{}]\n---\n",
@@ -657,8 +658,10 @@ fn bound_capabilities_never_exceed_the_host_set() {
             for name in &host_names {
                 let concrete = if *name == "shell" {
                     rho::agents::PLATFORM_SHELL
-                } else {
+                } else if host.contains(name) {
                     name
+                } else {
+                    rho::agents::capability::canonical(name)
                 };
                 assert!(
                     granted.contains(&concrete) != held.contains(name),

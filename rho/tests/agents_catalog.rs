@@ -153,8 +153,8 @@ fn untrusted_project_definitions_are_ignored() {
 fn untrusted_project_errors_do_not_matter() {
     let layout = Layout::new();
     write(&layout.project_dir(), "broken.md", "not a definition");
-    assert!(Catalog::discover(&layout.sources(false)).is_ok());
-    assert!(Catalog::discover(&layout.sources(true)).is_err());
+    assert!(Catalog::discover_strict(&layout.sources(false)).is_ok());
+    assert!(Catalog::discover_strict(&layout.sources(true)).is_err());
 }
 
 #[test]
@@ -170,7 +170,7 @@ fn duplicate_ids_in_one_level_name_both_files() {
         "b.md",
         "---\nid: twin\ndescription: b\n---\n",
     );
-    let err = Catalog::discover(&layout.sources(false)).unwrap_err();
+    let err = Catalog::discover_strict(&layout.sources(false)).unwrap_err();
     match &err {
         AgentError::DuplicateId {
             id,
@@ -246,7 +246,7 @@ fn invalid_files_fail_discovery_naming_file_line_and_key() {
         "also.md",
         "---\ndescription: d\ncolour: x\n---\n",
     );
-    let err = Catalog::discover(&layout.sources(false)).unwrap_err();
+    let err = Catalog::discover_strict(&layout.sources(false)).unwrap_err();
     let AgentError::Catalog { errors } = &err else {
         panic!("{err:?}")
     };
@@ -263,18 +263,50 @@ fn invalid_files_fail_discovery_naming_file_line_and_key() {
 }
 
 #[test]
+fn one_invalid_file_is_skipped_and_the_rest_stay_usable() {
+    let layout = Layout::new();
+    let bad = write(
+        &layout.rho_dir(),
+        "bad.md",
+        "---\ndescription: d\nreasoning: loud\n---\n",
+    );
+    write(&layout.rho_dir(), "good.md", &def("fine"));
+    // A lower level's `bad` is shadowed by the broken file rather than used silently.
+    write(&layout.user_dir(), "bad.md", &def("older"));
+    let catalog = Catalog::discover(&layout.sources(false)).unwrap();
+    assert_eq!(catalog.get("good").unwrap().definition.description, "fine");
+    assert_eq!(catalog.get("default").unwrap().level, SourceLevel::Builtin);
+    let problems = catalog.problems();
+    assert_eq!(problems.len(), 1, "{problems:?}");
+    assert_eq!(problems[0].id.as_deref(), Some("bad"));
+    assert_eq!(problems[0].path, bad);
+    assert!(problems[0].message.contains("reasoning"), "{problems:?}");
+    let err = catalog.resolve("bad").unwrap_err();
+    assert!(matches!(err, AgentError::Skipped { .. }), "{err:?}");
+    assert!(err.to_string().contains("bad.md"), "{err}");
+
+    // A valid definition at a higher level makes the id usable again.
+    write(&layout.project_dir(), "bad.md", &def("project"));
+    let catalog = Catalog::discover(&layout.sources(true)).unwrap();
+    assert_eq!(
+        catalog.get("bad").unwrap().definition.description,
+        "project"
+    );
+}
+
+#[test]
 fn non_utf8_and_oversized_files_are_rejected() {
     let layout = Layout::new();
     let dir = layout.rho_dir();
     fs::create_dir_all(&dir).unwrap();
     fs::write(dir.join("latin1.md"), b"---\ndescription: caf\xe9\n---\n").unwrap();
-    let err = Catalog::discover(&layout.sources(false)).unwrap_err();
+    let err = Catalog::discover_strict(&layout.sources(false)).unwrap_err();
     assert!(matches!(err, AgentError::NotUtf8 { .. }), "{err:?}");
     fs::remove_file(dir.join("latin1.md")).unwrap();
 
     let big = format!("---\ndescription: d\n---\n{}", "x".repeat(1024 * 1024));
     write(&dir, "big.md", &big);
-    let err = Catalog::discover(&layout.sources(false)).unwrap_err();
+    let err = Catalog::discover_strict(&layout.sources(false)).unwrap_err();
     assert!(matches!(err, AgentError::TooLarge { .. }), "{err:?}");
 }
 
@@ -296,7 +328,7 @@ fn symlinked_definitions_are_refused_in_project_and_workflow_levels() {
         fs::create_dir_all(&dir).unwrap();
         let link = dir.join("linked.md");
         symlink(&outside, &link).unwrap();
-        let err = Catalog::discover(&layout.sources(true)).unwrap_err();
+        let err = Catalog::discover_strict(&layout.sources(true)).unwrap_err();
         match &err {
             AgentError::NotRegular { path, reason } => {
                 assert_eq!(path, &link);
@@ -317,7 +349,7 @@ fn symlinked_project_agent_directory_is_refused() {
     write(&outside, "x.md", &def("outside"));
     fs::create_dir_all(layout.workspace.join(".agents")).unwrap();
     symlink(&outside, layout.project_dir()).unwrap();
-    let err = Catalog::discover(&layout.sources(true)).unwrap_err();
+    let err = Catalog::discover_strict(&layout.sources(true)).unwrap_err();
     let AgentError::NotRegular { path, .. } = &err else {
         panic!("{err:?}")
     };
@@ -329,7 +361,7 @@ fn symlinked_project_agent_directory_is_refused() {
     let parent = layout.home.join("outside-dot-agents");
     write(&parent.join("agents"), "y.md", &def("outside"));
     symlink(&parent, layout.workspace.join(".agents")).unwrap();
-    let err = Catalog::discover(&layout.sources(true)).unwrap_err();
+    let err = Catalog::discover_strict(&layout.sources(true)).unwrap_err();
     let AgentError::NotRegular { path, .. } = &err else {
         panic!("{err:?}")
     };
@@ -343,7 +375,7 @@ fn a_fifo_named_like_a_definition_does_not_block_discovery() {
     fs::create_dir_all(layout.project_dir()).unwrap();
     let fifo = layout.project_dir().join("pipe.md");
     nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
-    let err = Catalog::discover(&layout.sources(true)).unwrap_err();
+    let err = Catalog::discover_strict(&layout.sources(true)).unwrap_err();
     let AgentError::NotRegular { path, reason } = &err else {
         panic!("{err:?}")
     };

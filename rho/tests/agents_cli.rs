@@ -413,7 +413,7 @@ fn list_json_shows_what_a_workflow_binding_withholds() {
 }
 
 #[test]
-fn list_fails_on_an_invalid_definition() {
+fn list_names_an_invalid_definition_and_still_lists_the_rest() {
     let env = Env::new();
     let bad = write(
         &env.rho_home.join("agents"),
@@ -422,10 +422,14 @@ fn list_fails_on_an_invalid_definition() {
     );
     let out = env.rho(&["agents", "list"], &[]);
     assert_eq!(out.status.code(), Some(2));
-    assert_eq!(stdout(&out), "");
+    assert!(stdout(&out).contains("default"), "{}", stdout(&out));
+    assert!(!stdout(&out).contains("oops"), "{}", stdout(&out));
     let err = stderr(&out);
     assert!(
-        err.starts_with(&format!("error: {}:3: tools: ", bad.display())),
+        err.contains(&format!(
+            "skipped agent `oops` (rho-home definitions): {}:3: tools: ",
+            bad.display()
+        )),
         "{err}"
     );
 }

@@ -842,13 +842,45 @@ fn cases() -> Vec<Case> {
             "model",
             "nested maps",
         ),
-        bad(
+        // Rho 1.47 writes tool lists as indented blocks.
+        ok(
             "block list",
+            "description: d\ntools:\n  - read_file\n  - grep",
+            "",
+        ),
+        ok(
+            "block list at column 1",
             "description: d\ntools:\n- read_file",
+            "",
+        ),
+        bad(
+            "empty block list",
+            "description: d\ntools:",
             "",
             3,
             "tools",
             "missing value: `tools` needs `all` or a list",
+        ),
+        ok(
+            "auth profile of the provider",
+            "description: d\nmodel: grok-4\nprovider: xai\nauth: xai-oauth",
+            "",
+        ),
+        bad(
+            "auth without a pinned model",
+            "description: d\nauth: xai-oauth",
+            "",
+            3,
+            "auth",
+            "needs a pinned `model`",
+        ),
+        bad(
+            "auth of another provider",
+            "description: d\nmodel: m\nprovider: anthropic\nauth: xai-oauth",
+            "",
+            5,
+            "auth",
+            "not valid for provider `anthropic`",
         ),
         bad(
             "trailing comment",

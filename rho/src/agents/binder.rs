@@ -475,10 +475,14 @@ pub fn rho_capabilities(
                     grant.withheld.push(withhold(WithheldReason::Delegation));
                     continue;
                 }
+                // Rho's aliases bind to the host tool of that exact name when there is one,
+                // else to the capability's canonical tool.
                 let concrete = if name == "shell" {
                     PLATFORM_SHELL
-                } else {
+                } else if host.contains(name) {
                     name.as_str()
+                } else {
+                    super::capability::canonical(name)
                 };
                 if host.contains(concrete) {
                     grant.granted.insert(concrete.to_owned());

@@ -5,8 +5,12 @@
 //!
 //! Rules at every level: only regular `*.md` files directly in the directory count; names
 //! starting with `.` (editor lock and swap files) and subdirectories are skipped; a missing
-//! directory is an empty level; an unreadable or invalid file fails discovery, naming the file;
-//! two files with one id at one level fail discovery, naming both. In the project and workflow
+//! directory is an empty level. A broken definition (unreadable, invalid, or sharing its id
+//! with another file of its level) never disables the catalog: it is skipped and reported as a
+//! [`CatalogProblem`] naming the file, and its id (the frontmatter `id`, else the file stem)
+//! becomes unusable until a higher level defines it again, so a node naming it fails with that
+//! problem rather than silently running a lower-precedence agent of the same id. (Rho 1.47
+//! fails the whole catalog on one bad file; we keep the rest usable.) In the project and workflow
 //! levels, which come from a checkout rather than from the user, symbolic links are refused,
 //! both for the definition files and for the directories leading to them (a link could pull in
 //! files from outside the workspace); the user-owned levels follow links.
@@ -154,35 +158,71 @@ impl CatalogEntry {
     }
 }
 
+/// A definition (or a definition directory) that discovery skipped.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CatalogProblem {
+    /// The level it belongs to.
+    pub level: SourceLevel,
+    /// The agent id it would have defined, when one could be told (a directory problem has
+    /// none).
+    pub id: Option<String>,
+    /// The file or directory at fault.
+    pub path: PathBuf,
+    /// What is wrong (every diagnostic of the file).
+    pub message: String,
+}
+
 /// The discovered agents, by id.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Catalog {
     entries: BTreeMap<String, CatalogEntry>,
+    /// Ids whose winning definition is broken, with the problem.
+    skipped: BTreeMap<String, (SourceLevel, String)>,
+    problems: Vec<CatalogProblem>,
     ignored_project_dir: Option<PathBuf>,
 }
 
 impl Catalog {
     /// The built-in agents alone.
     pub fn builtin() -> Result<Self, AgentError> {
-        let mut catalog = Self {
-            entries: BTreeMap::new(),
-            ignored_project_dir: None,
-        };
+        let mut catalog = Self::empty();
         let mut errors = Vec::new();
         catalog.add_builtins(&mut errors);
         finish(catalog, errors)
     }
 
     /// Discovers every level of `sources`, later levels replacing earlier ones by id.
+    /// Only a broken built-in (a bug in rho) fails it; broken files are skipped and listed in
+    /// [`Catalog::problems`].
     pub fn discover(sources: &CatalogSources) -> Result<Self, AgentError> {
-        let mut catalog = Self {
-            entries: BTreeMap::new(),
-            ignored_project_dir: None,
-        };
+        Self::discover_collecting(sources).map(|(catalog, _)| catalog)
+    }
+
+    /// [`Catalog::discover`], failing on the first level's problems instead of skipping: every
+    /// skipped file's error, as discovery met them (one error, or [`AgentError::Catalog`]).
+    pub fn discover_strict(sources: &CatalogSources) -> Result<Self, AgentError> {
+        let (catalog, errors) = Self::discover_collecting(sources)?;
+        finish(catalog, errors)
+    }
+
+    fn discover_collecting(
+        sources: &CatalogSources,
+    ) -> Result<(Self, Vec<AgentError>), AgentError> {
+        let mut catalog = Self::empty();
         let mut errors = Vec::new();
         catalog.add_builtins(&mut errors);
+        if !errors.is_empty() {
+            // A built-in that does not load is a bug in rho, never skipped.
+            return Err(AgentError::Catalog { errors });
+        }
+        let mut skipped = Vec::new();
         for (level, dir, no_links) in sources.directory_levels() {
-            for entry in read_level(level, &dir, &no_links, &mut errors) {
+            let (entries, problems) = read_level(level, &dir, &no_links);
+            for (problem, error) in problems {
+                catalog.skip(problem);
+                skipped.extend(error);
+            }
+            for entry in entries {
                 catalog.insert(entry);
             }
         }
@@ -193,7 +233,32 @@ impl Catalog {
                 catalog.ignored_project_dir = Some(dir);
             }
         }
-        finish(catalog, errors)
+        Ok((catalog, skipped))
+    }
+
+    fn empty() -> Self {
+        Self {
+            entries: BTreeMap::new(),
+            skipped: BTreeMap::new(),
+            problems: Vec::new(),
+            ignored_project_dir: None,
+        }
+    }
+
+    /// Records a skipped definition; its id shadows lower levels' definitions of that id.
+    fn skip(&mut self, problem: CatalogProblem) {
+        if let Some(id) = &problem.id {
+            if self
+                .entries
+                .get(id)
+                .is_some_and(|e| e.level <= problem.level)
+            {
+                self.entries.remove(id);
+            }
+            self.skipped
+                .insert(id.clone(), (problem.level, problem.message.clone()));
+        }
+        self.problems.push(problem);
     }
 
     fn add_builtins(&mut self, errors: &mut Vec<AgentError>) {
@@ -209,6 +274,14 @@ impl Catalog {
     }
 
     fn insert(&mut self, mut entry: CatalogEntry) {
+        match self.skipped.get(entry.id()) {
+            // A broken definition at this level or above keeps the id unusable.
+            Some((level, _)) if *level >= entry.level => return,
+            Some(_) => {
+                self.skipped.remove(entry.id());
+            }
+            None => {}
+        }
         if let Some(previous) = self.entries.remove(entry.id()) {
             entry.overrides = previous.overrides;
             entry.overrides.push((previous.level, previous.path));
@@ -221,12 +294,27 @@ impl Catalog {
         self.entries.get(id)
     }
 
-    /// The entry for `id`, or an error listing the available ids.
+    /// The entry for `id`, or an error: the problem of its skipped definition, or the list
+    /// of available ids.
     pub fn resolve(&self, id: &str) -> Result<&CatalogEntry, AgentError> {
-        self.get(id).ok_or_else(|| AgentError::UnknownAgent {
+        if let Some(entry) = self.get(id) {
+            return Ok(entry);
+        }
+        if let Some((_, problem)) = self.skipped.get(id) {
+            return Err(AgentError::Skipped {
+                id: id.to_owned(),
+                problem: problem.clone(),
+            });
+        }
+        Err(AgentError::UnknownAgent {
             id: id.to_owned(),
             available: self.entries.keys().cloned().collect(),
         })
+    }
+
+    /// Every definition or directory discovery skipped, in discovery order.
+    pub fn problems(&self) -> &[CatalogProblem] {
+        &self.problems
     }
 
     /// Every entry, by id.
@@ -274,44 +362,58 @@ fn entry(
     })
 }
 
-/// Reads one level; problems are pushed to `errors` and the level's valid entries returned.
+/// Reads one level: its valid entries, and a problem for each file (or the directory)
+/// that could not be used.
 fn read_level(
     level: SourceLevel,
     dir: &Path,
     no_links: &[PathBuf],
-    errors: &mut Vec<AgentError>,
-) -> Vec<CatalogEntry> {
+) -> (Vec<CatalogEntry>, Vec<(CatalogProblem, Option<AgentError>)>) {
+    let mut problems = Vec::new();
+    let dir_problem = |path: &Path, error: AgentError| {
+        (
+            CatalogProblem {
+                level,
+                id: None,
+                path: path.to_owned(),
+                message: crate::workflow::plan::error_chain(&error),
+            },
+            Some(error),
+        )
+    };
     for component in no_links {
         match fs::symlink_metadata(component) {
             Ok(meta) if meta.file_type().is_symlink() => {
-                errors.push(AgentError::NotRegular {
+                let error = AgentError::NotRegular {
                     path: component.clone(),
                     reason: format!(
                         "is a symbolic link; {level} agent directories must be real directories"
                     ),
-                });
-                return Vec::new();
+                };
+                return (Vec::new(), vec![dir_problem(component, error)]);
             }
             Ok(_) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Vec::new(),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return (Vec::new(), Vec::new());
+            }
             Err(source) => {
-                errors.push(AgentError::Read {
+                let error = AgentError::Read {
                     path: component.clone(),
                     source,
-                });
-                return Vec::new();
+                };
+                return (Vec::new(), vec![dir_problem(component, error)]);
             }
         }
     }
     let listing = match fs::read_dir(dir) {
         Ok(listing) => listing,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Vec::new(),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return (Vec::new(), Vec::new()),
         Err(source) => {
-            errors.push(AgentError::Read {
+            let error = AgentError::Read {
                 path: dir.to_owned(),
                 source,
-            });
-            return Vec::new();
+            };
+            return (Vec::new(), vec![dir_problem(dir, error)]);
         }
     };
     let mut files = Vec::new();
@@ -325,26 +427,42 @@ fn read_level(
                 }
                 files.push(item.path());
             }
-            Err(source) => errors.push(AgentError::Read {
-                path: dir.to_owned(),
-                source,
-            }),
+            Err(source) => {
+                let error = AgentError::Read {
+                    path: dir.to_owned(),
+                    source,
+                };
+                problems.push(dir_problem(dir, error));
+            }
         }
     }
     files.sort();
 
     let mut by_id: BTreeMap<String, CatalogEntry> = BTreeMap::new();
+    let mut duplicates: BTreeMap<String, Vec<PathBuf>> = BTreeMap::new();
     for file in files {
         let follow = !level.refuses_links();
+        let file_problem = |error: AgentError, text: Option<&str>| {
+            (
+                CatalogProblem {
+                    level,
+                    id: Some(intended_id(&file, text)),
+                    path: file.clone(),
+                    message: crate::workflow::plan::error_chain(&error),
+                },
+                Some(error),
+            )
+        };
         match fs::symlink_metadata(&file) {
             Ok(meta) if meta.is_dir() => continue,
             Ok(meta) if meta.file_type().is_symlink() && !follow => {
-                errors.push(AgentError::NotRegular {
-                    path: file,
+                let error = AgentError::NotRegular {
+                    path: file.clone(),
                     reason: format!(
                         "is a symbolic link; {level} agent definitions must be regular files"
                     ),
-                });
+                };
+                problems.push(file_problem(error, None));
                 continue;
             }
             Ok(meta)
@@ -355,30 +473,79 @@ fn read_level(
             }
             Ok(_) => {}
             Err(source) => {
-                errors.push(AgentError::Read { path: file, source });
+                let error = AgentError::Read {
+                    path: file.clone(),
+                    source,
+                };
+                problems.push(file_problem(error, None));
                 continue;
             }
         }
-        let loaded = read_definition(&file, follow)
-            .and_then(|text| load_definition_text(&file, &text))
+        let text = match read_definition(&file, follow) {
+            Ok(text) => text,
+            Err(error) => {
+                problems.push(file_problem(error, None));
+                continue;
+            }
+        };
+        let loaded = load_definition_text(&file, &text)
             .and_then(|def| entry(def, level, Some(file.clone())));
         match loaded {
             Ok(e) => {
                 if let Some(first) = by_id.get(e.id()) {
-                    errors.push(AgentError::DuplicateId {
-                        id: e.definition.id.clone(),
-                        level,
-                        first: first.path.clone().unwrap_or_default(),
-                        second: file,
-                    });
+                    duplicates
+                        .entry(e.definition.id.clone())
+                        .or_insert_with(|| vec![first.path.clone().unwrap_or_default()])
+                        .push(file.clone());
                 } else {
                     by_id.insert(e.definition.id.clone(), e);
                 }
             }
-            Err(e) => errors.push(e),
+            Err(error) => problems.push(file_problem(error, Some(&text))),
         }
     }
-    by_id.into_values().collect()
+    // Two files defining one id at one level: neither is used, since neither can be said to
+    // be the one meant.
+    for (id, files) in duplicates {
+        by_id.remove(&id);
+        let error = AgentError::DuplicateId {
+            id: id.clone(),
+            level,
+            first: files[0].clone(),
+            second: files[1].clone(),
+        };
+        let message = crate::workflow::plan::error_chain(&error);
+        let mut error = Some(error);
+        for file in files {
+            let problem = CatalogProblem {
+                level,
+                id: Some(id.clone()),
+                path: file,
+                message: message.clone(),
+            };
+            // One error for the pair, as strict discovery reports it.
+            problems.push((problem, error.take()));
+        }
+    }
+    (by_id.into_values().collect(), problems)
+}
+
+/// The id a broken file meant to define: its frontmatter `id` when that line reads, else the
+/// file stem (as for a valid file without `id`).
+fn intended_id(file: &Path, text: Option<&str>) -> String {
+    let declared = text
+        .and_then(|t| super::frontmatter::parse_recovering(t).ok())
+        .and_then(|parsed| {
+            parsed.frontmatter.get("id").and_then(|f| match &f.value {
+                super::frontmatter::Value::Scalar(s) if !s.text.is_empty() => Some(s.text.clone()),
+                _ => None,
+            })
+        });
+    declared.unwrap_or_else(|| {
+        file.file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_default()
+    })
 }
 
 /// Reads a definition file as UTF-8, at most [`MAX_DEFINITION_BYTES`]. Without `follow`, a

@@ -2,8 +2,9 @@
 //!
 //! `sha256:` + lowercase hex of SHA-256 over the domain tag `rho-agent-fingerprint\0v2\0`
 //! followed by the canonical CBOR encoding of the behavioural fields: runtime, prompt policy,
-//! trimmed body, effective model policy, model, provider, reasoning, tools (sorted: their order
-//! carries no meaning) and `inherit_claude_config`.
+//! trimmed body, effective model policy, model, provider, reasoning, tools (Rho capability
+//! aliases mapped to one name, sorted and de-duplicated: their order and spelling carry no
+//! meaning) and `inherit_claude_config`.
 //!
 //! Invariant: only behaviour enters the hash. The id, the description, the file path, key
 //! order, quoting, comments, whitespace around the body and defaults written out explicitly
@@ -31,6 +32,10 @@ struct FingerprintInput<'a> {
     tools_all: bool,
     tools: Vec<String>,
     inherit_claude_config: bool,
+    /// Only an explicit `auth` enters the hash, so definitions without one keep the
+    /// fingerprint they had before the key existed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    auth: Option<&'a str>,
 }
 
 /// The v2 semantic fingerprint of `definition`.
@@ -41,8 +46,19 @@ pub fn fingerprint(definition: &AgentDefinition) -> Result<String, AgentError> {
             model, provider, ..
         } => (Some(model.as_str()), provider.as_deref()),
     };
-    let mut tools = definition.tools.names();
+    // Rho's aliases (`write` for `write_file`, `str_replace` for `edit_file`, ...) name one
+    // capability, so they fingerprint alike.
+    let mut tools: Vec<String> = match &definition.tools {
+        ToolRequest::Rho(_) => definition
+            .tools
+            .names()
+            .iter()
+            .map(|n| super::capability::canonical(n).to_owned())
+            .collect(),
+        _ => definition.tools.names(),
+    };
     tools.sort();
+    tools.dedup();
     let input = FingerprintInput {
         runtime: definition.runtime.as_str(),
         prompt: definition.prompt.as_str(),
@@ -54,6 +70,7 @@ pub fn fingerprint(definition: &AgentDefinition) -> Result<String, AgentError> {
         tools_all: definition.tools == ToolRequest::AllHost,
         tools,
         inherit_claude_config: definition.inherit_claude_config,
+        auth: definition.auth.as_deref(),
     };
     let encoded =
         rho_ipc::canonical::to_canonical_bytes(&input).map_err(|e| AgentError::Fingerprint {

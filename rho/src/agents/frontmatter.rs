@@ -3,14 +3,18 @@
 //!
 //! Accepted, line by line between an opening and a closing line that are exactly `---`:
 //!
-//! - `key: value` at column 0 (no indentation, so no nested maps and no block lists);
+//! - `key: value` at column 0 (no indentation, so no nested maps);
+//! - a block list after a key with nothing after its colon, as Rho 1.47 accepts for `tools:`:
+//!   lines `- item` that all share one indentation (`  - read_file`; column 1 works too, as
+//!   in YAML), each item a plain or quoted scalar;
 //! - blank lines, and comment lines whose first character is `#`;
 //! - values: a plain scalar, a `'single-quoted'` scalar (`''` stands for one quote), a
 //!   `"double-quoted"` scalar (escapes `\"`, `\\`, `\/`, `\n`, `\r`, `\t`, `\uXXXX`), or a flow
 //!   list `[a, "b", 'c']` whose items are plain or quoted scalars.
 //!
 //! Rejected with a located diagnostic: tabs or spaces used for indentation, duplicate keys,
-//! nested maps (`{`), nested lists, block lists (`- item`), anchors, aliases, tags, block
+//! nested maps (`{`), nested lists, a `- item` line that follows no `key:` line or is
+//! indented differently from the items before it, anchors, aliases, tags, block
 //! scalars, multi-line quoted scalars, trailing comments (` #` after a value: quote the value
 //! instead), a `: ` inside a plain scalar, and unknown escapes. A key with nothing after the
 //! colon (`key:`) is read, as YAML reads it, as an empty plain scalar (null); the definition
@@ -261,11 +265,28 @@ pub fn parse_recovering(text: &str) -> Result<Parsed, Vec<Diagnostic>> {
     let mut fields: Vec<Field> = Vec::new();
     let mut problems = Vec::new();
     let mut failed_keys = Vec::new();
-    for (index, (line, _)) in lines.iter().enumerate().take(closing_index).skip(1) {
+    let mut index = 1;
+    while index < closing_index {
+        let (line, _) = lines[index];
         let number = index + 1;
+        index += 1;
         match parse_line(line, number) {
             Ok(None) => {}
-            Ok(Some(field)) => {
+            Ok(Some(mut field)) => {
+                if field.value.is_missing() {
+                    let (items, consumed) =
+                        block_list(&lines[index..closing_index], index + 1, &field.key);
+                    index += consumed;
+                    match items {
+                        Ok(Some(items)) => field.value = Value::List(items),
+                        Ok(None) => {}
+                        Err(d) => {
+                            failed_keys.push((number, field.key.clone()));
+                            problems.push(d);
+                            continue;
+                        }
+                    }
+                }
                 if let Some(first) = fields.iter().find(|f| f.key == field.key) {
                     problems.push(Diagnostic::keyed(
                         number,
@@ -299,6 +320,77 @@ pub fn parse_recovering(text: &str) -> Result<Parsed, Vec<Diagnostic>> {
         problems,
         failed_keys,
     })
+}
+
+/// The block list under `key` (a `key:` line with nothing after the colon): the `- item`
+/// lines that follow, all at one indentation. Returns the items (`None` when no item line
+/// follows, so the key stays null) and how many lines were consumed; a bad item fails the
+/// key, and every item line is consumed either way so it is not read again as a key.
+/// `first_number` is the 1-based number of the first line of `lines`.
+fn block_list(
+    lines: &[(&str, usize)],
+    first_number: usize,
+    key: &str,
+) -> (Result<Option<Vec<Scalar>>, Diagnostic>, usize) {
+    let mut items = Vec::new();
+    let mut indent: Option<usize> = None;
+    let mut consumed = 0;
+    let mut problem = None;
+    for (offset, (line, _)) in lines.iter().enumerate() {
+        let number = first_number + offset;
+        let trimmed = line.trim_start_matches(' ');
+        let Some(rest) = trimmed.strip_prefix('-') else {
+            break;
+        };
+        if !(rest.is_empty() || rest.starts_with(' ')) {
+            break;
+        }
+        let this_indent = line.len() - trimmed.len();
+        consumed = offset + 1;
+        if problem.is_some() {
+            continue;
+        }
+        match indent {
+            None => indent = Some(this_indent),
+            Some(i) if i != this_indent => {
+                problem = Some(Diagnostic::keyed(
+                    number,
+                    key,
+                    format!(
+                        "list items must share one indentation: this item is indented {this_indent} spaces, the first {i}"
+                    ),
+                ));
+                continue;
+            }
+            Some(_) => {}
+        }
+        let raw = rest.trim();
+        if raw.is_empty() {
+            problem = Some(Diagnostic::keyed(
+                number,
+                key,
+                "empty list item: write `- value`",
+            ));
+            continue;
+        }
+        match parse_value(raw) {
+            Ok(Value::Scalar(scalar)) => items.push(scalar),
+            Ok(Value::List(_)) => {
+                problem = Some(Diagnostic::keyed(
+                    number,
+                    key,
+                    "nested lists are not accepted; each `- item` is one scalar",
+                ));
+            }
+            Err(message) => problem = Some(Diagnostic::keyed(number, key, message)),
+        }
+    }
+    let result = match problem {
+        Some(d) => Err(d),
+        None if consumed == 0 => Ok(None),
+        None => Ok(Some(items)),
+    };
+    (result, consumed)
 }
 
 /// Splits into lines without their terminators (`\n` or `\r\n`), each with the byte offset
@@ -335,8 +427,8 @@ fn parse_line(line: &str, number: usize) -> Result<Option<Field>, Diagnostic> {
         return Err(located(
             number,
             indented_key(line),
-            "indented line: keys start at column 1, nested maps and block lists are not \
-             accepted; write lists as `key: [a, b]`",
+            "indented line: keys start at column 1 and nested maps are not accepted; a list \
+             is `key: [a, b]` or `- item` lines right under `key:`",
         ));
     }
     if line.trim_end() == "---" {
@@ -348,7 +440,8 @@ fn parse_line(line: &str, number: usize) -> Result<Option<Field>, Diagnostic> {
     if line.starts_with("- ") || line == "-" {
         return Err(Diagnostic::unkeyed(
             number,
-            "block lists are not accepted; write lists as `key: [a, b]`",
+            "a `- item` line belongs right under a `key:` line with nothing after its colon \
+             (or write the list as `key: [a, b]`)",
         ));
     }
     let Some(colon) = line.find(':') else {
@@ -750,6 +843,31 @@ mod tests {
     }
 
     #[test]
+    fn block_lists_read_as_flow_lists() {
+        // Rho 1.47 writes `tools:` followed by `  - name` lines; YAML also allows column 1.
+        for text in [
+            "---\ntools:\n  - read_file\n  - \"Bash(git *)\"\nid: a\n---\n",
+            "---\ntools:\n- read_file\n- \"Bash(git *)\"\nid: a\n---\n",
+        ] {
+            let fm = ok(text);
+            assert_eq!(
+                fm.get("tools").map(|f| f.value.to_json()),
+                Some(serde_json::json!(["read_file", "Bash(git *)"])),
+                "{text}"
+            );
+            assert_eq!(fm.get("id").map(|f| f.line), Some(5));
+        }
+        // `key:` with no item under it stays null.
+        assert!(
+            ok("---\ntools:\nid: a\n---\n")
+                .get("tools")
+                .unwrap()
+                .value
+                .is_missing()
+        );
+    }
+
+    #[test]
     fn comment_and_blank_lines_are_skipped() {
         let fm = ok("---\n# a comment\n\nid: a\n---\n");
         assert_eq!(fm.fields.len(), 1);
@@ -807,8 +925,26 @@ mod tests {
             ("---\n\tid: a\n---\n", 2, Some("id"), "tabs"),
             ("---\n  id: a\n---\n", 2, Some("id"), "indented"),
             ("---\n  - a\n---\n", 2, None, "indented"),
-            ("---\ntools:\n- a\n---\n", 3, None, "block lists"),
-            ("---\n- a\n---\n", 2, None, "block lists"),
+            ("---\nid: a\n- b\n---\n", 3, None, "right under a `key:`"),
+            ("---\n- a\n---\n", 2, None, "right under a `key:`"),
+            (
+                "---\ntools:\n  - a\n    - b\n---\n",
+                4,
+                Some("tools"),
+                "one indentation",
+            ),
+            (
+                "---\ntools:\n  - [a]\n---\n",
+                3,
+                Some("tools"),
+                "nested lists",
+            ),
+            (
+                "---\ntools:\n  -\n---\n",
+                3,
+                Some("tools"),
+                "empty list item",
+            ),
             ("---\nid:a\n---\n", 2, Some("id"), "space after"),
             ("---\nid:\ta\n---\n", 2, Some("id"), "not a tab"),
             ("---\nnot a key\n---\n", 2, None, "key: value"),

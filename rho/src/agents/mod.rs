@@ -8,8 +8,10 @@
 //! Invariant: nothing runs from a definition that did not pass every rule of the definition
 //! schema, and binding never grants a capability the host did not supply.
 
+pub mod auth;
 pub mod binder;
 pub mod builtin;
+pub mod capability;
 pub mod catalog;
 pub mod definition;
 pub mod fingerprint;
@@ -24,7 +26,7 @@ pub use binder::{
     HostCapabilities, Invocation, PLATFORM_SHELL, READ_ONLY_CAPABILITIES, RhoLaunch, ToolGrant,
     WithheldReason, WithheldTool, bind, is_read_only, render_prompt, to_agent_setup,
 };
-pub use catalog::{Catalog, CatalogEntry, CatalogSources, SourceLevel};
+pub use catalog::{Catalog, CatalogEntry, CatalogProblem, CatalogSources, SourceLevel};
 pub use definition::{
     AgentDefinition, ClaudeToolEntry, ModelPolicy, ModelSelection, PromptPolicy, Reasoning,
     Runtime, ToolRequest, parse_definition,
@@ -99,6 +101,15 @@ pub enum AgentError {
     Catalog {
         /// Every problem found, in discovery order.
         errors: Vec<AgentError>,
+    },
+    /// The definition of this id was skipped from the catalog because it is broken (the
+    /// rest of the catalog stays usable; a node naming this id fails with the problem).
+    #[error("agent `{id}` cannot be used: its definition was skipped: {problem}")]
+    Skipped {
+        /// The requested id.
+        id: String,
+        /// Why its definition was skipped (file and every problem in it).
+        problem: String,
     },
     /// No agent with this id is in the catalog.
     #[error("unknown agent `{id}`; available: {}", available.join(", "))]

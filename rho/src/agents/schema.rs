@@ -42,6 +42,7 @@ pub fn frontmatter_schema() -> Value {
             },
             "model": { "type": "string", "minLength": 1, "pattern": "^\\S+$" },
             "provider": { "type": "string", "minLength": 1, "pattern": "^\\S+$" },
+            "auth": { "type": "string", "minLength": 1, "pattern": "^\\S+$" },
             "reasoning": { "type": "string", "enum": reasoning },
             "tools": {
                 "oneOf": [

@@ -4,7 +4,8 @@
 //! sources, same trust decision), and `validate` uses the same parser as discovery. `list
 //! --json` also shows, per agent, what binding it for a workflow node would grant and withhold.
 //! Exit codes: a file that cannot be read is an I/O problem (1); a file that reads but breaks a
-//! rule is invalid (2).
+//! rule is invalid (2). `list` shows every usable agent even when some definition files are
+//! broken, names each skipped file, and then exits 2.
 
 use std::fmt::Write as _;
 use std::io::Write as _;
@@ -131,7 +132,27 @@ fn list(as_json: bool, workflow_dir: Option<PathBuf>) -> CliResult {
         list_table(&catalog)
     };
     print_out(&text)?;
-    Ok(ExitCode::Success)
+    // Skipped definitions do not hide the rest of the catalog, but they are errors: each is
+    // named, and the command fails so scripts notice.
+    let problems = catalog.problems();
+    if problems.is_empty() {
+        return Ok(ExitCode::Success);
+    }
+    let lines: Vec<String> = problems
+        .iter()
+        .map(|p| match &p.id {
+            Some(id) => format!(
+                "skipped agent `{id}` ({} definitions): {}",
+                p.level, p.message
+            ),
+            None => format!("skipped {} agent definitions: {}", p.level, p.message),
+        })
+        .collect();
+    Err(CliError::invalid(format!(
+        "{}\n{} definition problem(s); the other agents are listed and usable",
+        lines.join("\n"),
+        problems.len()
+    )))
 }
 
 fn tools_column(entry: &CatalogEntry) -> String {
@@ -243,8 +264,21 @@ fn list_json(catalog: &Catalog, host: &HostCapabilities) -> Result<String, CliEr
             })
         })
         .collect();
+    let problems: Vec<serde_json::Value> = catalog
+        .problems()
+        .iter()
+        .map(|p| {
+            json!({
+                "id": p.id,
+                "source": p.level.as_str(),
+                "path": p.path.display().to_string(),
+                "message": p.message,
+            })
+        })
+        .collect();
     let doc = json!({
         "agents": agents,
+        "problems": problems,
         "ignored_project_dir": catalog.ignored_project_dir().map(|p| p.display().to_string()),
     });
     serde_json::to_string_pretty(&doc)
@@ -256,8 +290,12 @@ fn validate(files: &[PathBuf]) -> CliResult {
     let mut out = String::new();
     let mut failures = Vec::new();
     let (mut invalid, mut unreadable) = (0, 0);
+    let host = workflow_host_capabilities();
     for file in files {
-        match load_definition_file(file).and_then(|def| fingerprint(&def).map(|f| (def, f))) {
+        let checked = load_definition_file(file)
+            .and_then(|def| fingerprint(&def).map(|f| (def, f)))
+            .and_then(|(def, fp)| binds(&def, &host).map(|()| (def, fp)));
+        match checked {
             Ok((def, fp)) => {
                 let _ = writeln!(
                     out,
@@ -305,6 +343,17 @@ fn validate(files: &[PathBuf]) -> CliResult {
         code,
         format!("{}\n{}", failures.join("\n"), summary.join(", ")),
     ))
+}
+
+/// Validation agrees with binding: a `rho` definition whose tool names the binder cannot bind
+/// (not a Rho capability, alias or host extension) is invalid, with the binder's reason.
+/// Tools the host withholds (`agent` for a delegated agent) are not errors here, as they are
+/// not at binding.
+fn binds(def: &crate::agents::AgentDefinition, host: &HostCapabilities) -> Result<(), AgentError> {
+    if def.runtime == Runtime::ClaudeCli {
+        return Ok(());
+    }
+    rho_capabilities(def, host, Invocation::Delegated).map(|_| ())
 }
 
 fn print_out(text: &str) -> Result<(), CliError> {

@@ -19,6 +19,7 @@ pub(super) struct RawFields {
     pub(super) model_policy: Option<(usize, ModelPolicy)>,
     pub(super) model: Option<(usize, String)>,
     pub(super) provider: Option<(usize, String)>,
+    pub(super) auth: Option<(usize, String)>,
     pub(super) reasoning: Option<(usize, Reasoning)>,
     pub(super) tools: Option<(usize, RawTools)>,
     pub(super) inherit_claude_config: Option<(usize, bool)>,
@@ -101,6 +102,7 @@ impl RawFields {
             }
             "model" => self.model = Some((line, word(field)?)),
             "provider" => self.provider = Some((line, word(field)?)),
+            "auth" => self.auth = Some((line, word(field)?)),
             "reasoning" => {
                 let choices: Vec<_> = Reasoning::ALL.iter().map(|r| (r.as_str(), *r)).collect();
                 let claude = matches!(self.runtime, Some((_, Runtime::ClaudeCli)));
@@ -128,6 +130,8 @@ impl RawFields {
             "provider" => {
                 "a configured provider name without whitespace (runtime rho only)".to_owned()
             }
+            "auth" => "an auth profile of the provider, such as xai-oauth (runtime rho only)"
+                .to_owned(),
             "reasoning" => format!("one of {}", reasoning_choices(claude)),
             "tools" if claude => {
                 "a list of Claude Code tools such as [Read, Grep, \"Bash(git *)\"]".to_owned()

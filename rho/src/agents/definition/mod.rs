@@ -22,7 +22,7 @@ use tools::{claude_tools, rho_tools};
 /// The frontmatter keys a definition may use.
 /// (`inherit_claude_config` is spelled with underscores, unlike `model-policy`: both spellings
 /// are fixed by the definition schema.)
-pub const KEYS: [&str; 10] = [
+pub const KEYS: [&str; 11] = [
     "id",
     "description",
     "runtime",
@@ -30,6 +30,7 @@ pub const KEYS: [&str; 10] = [
     "model-policy",
     "model",
     "provider",
+    "auth",
     "reasoning",
     "tools",
     INHERIT_CLAUDE_CONFIG,
@@ -39,16 +40,19 @@ const INHERIT_CLAUDE_CONFIG: &str = "inherit_claude_config";
 
 /// The built-in Rho capability names (extension names are allowed too; they must be supplied
 /// by the host to bind).
-pub const RHO_CAPABILITIES: [&str; 19] = [
+pub const RHO_CAPABILITIES: [&str; 25] = [
+    "advisor",
     "agent",
     "agents",
     "apply_patch",
     "bash",
+    "edit",
     "edit_file",
     "fetch_content",
     "get_search_content",
     "glob",
     "grep",
+    "hashline",
     "list_dir",
     "powershell",
     "process",
@@ -57,7 +61,10 @@ pub const RHO_CAPABILITIES: [&str; 19] = [
     "rho",
     "shell",
     "skill",
+    "str_replace",
     "web_search",
+    "workflow",
+    "write",
     "write_file",
 ];
 
@@ -87,6 +94,9 @@ pub struct AgentDefinition {
     pub tools: ToolRequest,
     /// claude-cli only: load the user's full Claude settings.
     pub inherit_claude_config: bool,
+    /// rho only, with a pinned model: Rho 1.47's `auth` profile (which credentials of the
+    /// provider to use), checked by [`super::auth::check`].
+    pub auth: Option<String>,
 }
 
 /// Checks an id against the schema: 1-64 lowercase ASCII letters and digits in groups joined
@@ -237,6 +247,29 @@ pub fn parse_definition(text: &str, file_stem: &str) -> Result<AgentDefinition, 
         Runtime::ClaudeCli => claude_tools(raw.tools.as_ref(), &mut by_runtime),
     };
 
+    // Rho 1.47's `auth`: a profile for the pinned model's provider, rho runtime only.
+    let auth = raw.auth.as_ref().map(|(line, auth)| {
+        let problem = match (runtime, &model) {
+            (Runtime::ClaudeCli, _) => Some(
+                "is not valid with runtime: claude-cli (Claude Code uses its own sign-in); set \
+                 model only"
+                    .to_owned(),
+            ),
+            (Runtime::Rho, ModelSelection::Inherit) => Some(
+                "needs a pinned `model` (with model-policy prefer, require or select): an \
+                 inherited model keeps the parent's provider and credentials"
+                    .to_owned(),
+            ),
+            (Runtime::Rho, ModelSelection::Pinned { provider, .. }) => {
+                super::auth::check(auth, provider.as_deref()).err()
+            }
+        };
+        if let Some(message) = problem {
+            by_runtime.push(Diagnostic::keyed(*line, "auth", message));
+        }
+        auth.clone()
+    });
+
     let inherit_claude_config = match raw.inherit_claude_config {
         Some((line, true)) if runtime != Runtime::ClaudeCli => {
             by_runtime.push(Diagnostic::keyed(
@@ -265,6 +298,7 @@ pub fn parse_definition(text: &str, file_stem: &str) -> Result<AgentDefinition, 
             reasoning,
             tools,
             inherit_claude_config,
+            auth,
         })
     } else {
         problems.sort_by_key(|d| d.line);
