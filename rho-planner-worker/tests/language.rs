@@ -481,8 +481,8 @@ fn while_is_a_syntax_error_and_lambda_is_allowed() {
     let src = "step = lambda n: command(name = n, argv = [\"true\"], timeout_seconds = 1, max_output_bytes = 1)\n\
                def build(inputs):\n    return workflow(name = \"w\", nodes = [step(\"a\")])\n\
                WORKFLOW = define(inputs = {}, build = build)\n";
-    let w = workflow(run(src));
-    assert_eq!(w.nodes[0].name, "a");
+    let planned = workflow(run(src));
+    assert_eq!(planned.nodes[0].name, "a");
     assert_eq!(
         diagnostic(run("def f():\n    while True:\n        pass\n")).code,
         "syntax"
@@ -499,8 +499,8 @@ fn rho_call_forms_plan_the_same_program() {
                \x20   c = shell(\"c\", \"sh\", [\"-c\"], \"true\", when = condition.is_one_of(status(\"a\"), []), timeout_seconds = 1, max_output_bytes = 1)\n\
                \x20   return workflow(\"w\", [a, b, c])\n\
                WORKFLOW = define({\"s\": input.string(\"x\")}, build)\n";
-    let w = workflow(run(src));
-    let (a, b, c) = (&w.nodes[0], &w.nodes[1], &w.nodes[2]);
+    let planned = workflow(run(src));
+    let (a, b, c) = (&planned.nodes[0], &planned.nodes[1], &planned.nodes[2]);
     assert_eq!((a.timeout_seconds, a.max_output_bytes), (5, 7));
     assert_eq!(
         a.output,

@@ -130,8 +130,9 @@ impl RawFields {
             "provider" => {
                 "a configured provider name without whitespace (runtime rho only)".to_owned()
             }
-            "auth" => "an auth profile of the provider, such as xai-oauth (runtime rho only)"
-                .to_owned(),
+            "auth" => {
+                "an auth profile of the provider, such as xai-oauth (runtime rho only)".to_owned()
+            }
             "reasoning" => format!("one of {}", reasoning_choices(claude)),
             "tools" if claude => {
                 "a list of Claude Code tools such as [Read, Grep, \"Bash(git *)\"]".to_owned()
