@@ -24,7 +24,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::decision::{ApprovalRoute, PolicyDecision, decide};
 use crate::mode::PermissionMode;
-use crate::request::{CommandRequest, OperationClass};
+use crate::request::{CommandRequest, OperationClass, PermissionRequest, ToolRequest};
 
 /// A human's answer to an approval prompt.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -101,23 +101,25 @@ pub struct ApprovalContext {
     pub reason: ApprovalReason,
 }
 
-/// Asks a human (the host's terminal prompt, or another interactive front end).
+/// Asks a human (the host's terminal prompt, an MCP client's elicitation, or another
+/// interactive front end).
 pub trait ApprovalResponder {
-    /// Asks whether `req` may run. Blocks until answered.
-    fn ask(&mut self, req: &CommandRequest, context: &ApprovalContext) -> ApprovalAnswer;
+    /// Asks whether `req` (a command node or a tool call) may run. Blocks until answered; any
+    /// failure to get an answer is a [`ApprovalAnswer::Deny`] saying why.
+    fn ask(&mut self, req: PermissionRequest<'_>, context: &ApprovalContext) -> ApprovalAnswer;
 }
 
 /// The configured classifier (an executable or a model provider).
 pub trait Classifier {
-    /// Judges `req`.
-    fn classify(&mut self, req: &CommandRequest) -> ClassifierAnswer;
+    /// Judges `req` (a command node or a tool call).
+    fn classify(&mut self, req: PermissionRequest<'_>) -> ClassifierAnswer;
 }
 
 /// Runs the eligible `before_tool_use` hooks in order (user file first) and reports the first
 /// denial, or `Continue`.
 pub trait HookRunner {
-    /// Runs the hooks for `req`.
-    fn before_tool_use(&mut self, req: &CommandRequest) -> HookVerdict;
+    /// Runs the hooks whose `tools` matcher accepts `req`'s tool name.
+    fn before_tool_use(&mut self, req: PermissionRequest<'_>) -> HookVerdict;
 }
 
 /// The hook runner for a process with no eligible `before_tool_use` hook.
@@ -125,7 +127,7 @@ pub trait HookRunner {
 pub struct NoHooks;
 
 impl HookRunner for NoHooks {
-    fn before_tool_use(&mut self, _req: &CommandRequest) -> HookVerdict {
+    fn before_tool_use(&mut self, _req: PermissionRequest<'_>) -> HookVerdict {
         HookVerdict::Continue
     }
 }
@@ -305,15 +307,29 @@ impl Authorizer {
         req: &CommandRequest,
         approvers: &mut Approvers<'_>,
     ) -> Authorization {
-        self.authorize_class(req.operation_class(), req, approvers)
+        self.authorize_class(
+            req.operation_class(),
+            PermissionRequest::Command(req),
+            approvers,
+        )
+    }
+
+    /// Runs the same path for one model-facing tool call, under the class the tool states.
+    /// Escalation counters are shared with command requests: they measure the classifier.
+    pub fn authorize_tool(
+        &mut self,
+        req: &ToolRequest,
+        approvers: &mut Approvers<'_>,
+    ) -> Authorization {
+        self.authorize_class(req.operation, PermissionRequest::Tool(req), approvers)
     }
 
     /// The path for any operation class. Private so a command node cannot be passed off as a
-    /// cheaper class; agent tool calls will get their own request type and entry point.
+    /// cheaper class: each entry point takes the class from its own request type.
     fn authorize_class(
         &mut self,
         class: OperationClass,
-        req: &CommandRequest,
+        req: PermissionRequest<'_>,
         approvers: &mut Approvers<'_>,
     ) -> Authorization {
         let route = match decide(self.mode, class) {
@@ -377,7 +393,7 @@ impl Authorizer {
 
     fn classifier_then_human(
         &mut self,
-        req: &CommandRequest,
+        req: PermissionRequest<'_>,
         class: OperationClass,
         approvers: &mut Approvers<'_>,
     ) -> Authorization {
@@ -420,7 +436,7 @@ impl Authorizer {
 
     fn ask_human(
         &self,
-        req: &CommandRequest,
+        req: PermissionRequest<'_>,
         class: OperationClass,
         reason: ApprovalReason,
         approvers: &mut Approvers<'_>,
@@ -498,7 +514,11 @@ mod tests {
     }
 
     impl ApprovalResponder for ScriptedHuman {
-        fn ask(&mut self, _req: &CommandRequest, context: &ApprovalContext) -> ApprovalAnswer {
+        fn ask(
+            &mut self,
+            _req: PermissionRequest<'_>,
+            context: &ApprovalContext,
+        ) -> ApprovalAnswer {
             self.asked.push(context.clone());
             if self.approve {
                 ApprovalAnswer::Approve
@@ -526,7 +546,7 @@ mod tests {
     }
 
     impl Classifier for ScriptedClassifier {
-        fn classify(&mut self, _req: &CommandRequest) -> ClassifierAnswer {
+        fn classify(&mut self, _req: PermissionRequest<'_>) -> ClassifierAnswer {
             self.calls += 1;
             self.answers
                 .pop_front()
@@ -547,7 +567,7 @@ mod tests {
     }
 
     impl HookRunner for ScriptedHooks {
-        fn before_tool_use(&mut self, _req: &CommandRequest) -> HookVerdict {
+        fn before_tool_use(&mut self, _req: PermissionRequest<'_>) -> HookVerdict {
             self.calls += 1;
             match self.case {
                 HookCase::Continues => HookVerdict::Continue,
@@ -692,7 +712,11 @@ mod tests {
                         classifier: None,
                         hooks: &mut hooks,
                     };
-                    let got = Authorizer::new(mode).authorize_class(class, &req, &mut approvers);
+                    let got = Authorizer::new(mode).authorize_class(
+                        class,
+                        PermissionRequest::Command(&req),
+                        &mut approvers,
+                    );
                     assert_eq!(got.mode, mode, "{label}");
                     match expect {
                         Expect::PolicyDenied => {
@@ -746,6 +770,106 @@ mod tests {
              plan)"
         );
         assert!(human.asked.is_empty());
+    }
+
+    /// A hook runner that records the tool names it was asked about.
+    #[derive(Default)]
+    struct RecordingHooks {
+        seen: Vec<(String, OperationClass)>,
+        deny: bool,
+    }
+
+    impl HookRunner for RecordingHooks {
+        fn before_tool_use(&mut self, req: PermissionRequest<'_>) -> HookVerdict {
+            self.seen
+                .push((req.tool_name().to_owned(), req.operation_class()));
+            if self.deny {
+                HookVerdict::Deny {
+                    hook_id: "guard".to_owned(),
+                    reason: "no servers today".to_owned(),
+                }
+            } else {
+                HookVerdict::Continue
+            }
+        }
+    }
+
+    #[test]
+    fn tool_reads_are_allowed_in_plan_and_still_seen_by_hooks() {
+        use crate::request::tests::sample_tool_request;
+        let mut hooks = RecordingHooks::default();
+        let mut approvers = Approvers {
+            responder: None,
+            classifier: None,
+            hooks: &mut hooks,
+        };
+        let req = sample_tool_request(OperationClass::Read);
+        let got = Authorizer::new(Plan).authorize_tool(&req, &mut approvers);
+        assert!(got.allowed, "{got}");
+        assert_eq!(got.decided_by, Decider::Policy);
+        assert_eq!(
+            hooks.seen,
+            vec![("process".to_owned(), OperationClass::Read)]
+        );
+    }
+
+    #[test]
+    fn tool_calls_take_the_same_path_as_command_nodes() {
+        use crate::request::tests::sample_tool_request;
+        let req = sample_tool_request(Process);
+        // plan: denied by policy, hooks not consulted.
+        let mut hooks = RecordingHooks::default();
+        let mut approvers = Approvers {
+            responder: None,
+            classifier: None,
+            hooks: &mut hooks,
+        };
+        let got = Authorizer::new(Plan).authorize_tool(&req, &mut approvers);
+        assert_eq!(
+            (got.allowed, got.decided_by.clone(), got.reason.as_str()),
+            (
+                false,
+                Decider::Policy,
+                "permission mode plan forbids process execution"
+            )
+        );
+        assert!(hooks.seen.is_empty());
+        // bypass: a hook can still deny.
+        let mut hooks = RecordingHooks {
+            deny: true,
+            ..Default::default()
+        };
+        let mut approvers = Approvers {
+            responder: None,
+            classifier: None,
+            hooks: &mut hooks,
+        };
+        let got = Authorizer::new(Bypass).authorize_tool(&req, &mut approvers);
+        assert!(!got.allowed);
+        assert_eq!(got.decided_by, Decider::Hook { id: "guard".into() });
+        // supervised: the human is asked with the tool's class.
+        let mut hooks = RecordingHooks::default();
+        let mut human = ScriptedHuman {
+            approve: false,
+            ..Default::default()
+        };
+        let mut approvers = Approvers {
+            responder: Some(&mut human),
+            classifier: None,
+            hooks: &mut hooks,
+        };
+        let got = Authorizer::new(Supervised).authorize_tool(&req, &mut approvers);
+        assert_eq!((got.allowed, got.decided_by), (false, Decider::Human));
+        assert_eq!(human.asked[0].class, Process);
+        // headless supervised fails closed.
+        let mut approvers = Approvers {
+            responder: None,
+            classifier: None,
+            hooks: &mut hooks,
+        };
+        let got = Authorizer::new(Supervised).authorize_tool(&req, &mut approvers);
+        assert!(!got.allowed);
+        assert!(got.reason.contains("no approval responder"), "{got}");
     }
 
     #[test]
@@ -1072,7 +1196,7 @@ mod tests {
     fn empty_reasons_are_replaced_with_who_denied() {
         struct Silent;
         impl HookRunner for Silent {
-            fn before_tool_use(&mut self, _req: &CommandRequest) -> HookVerdict {
+            fn before_tool_use(&mut self, _req: PermissionRequest<'_>) -> HookVerdict {
                 HookVerdict::Deny {
                     hook_id: "quiet".into(),
                     reason: String::new(),

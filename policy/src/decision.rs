@@ -1,7 +1,8 @@
 //! The decision table of `policy.md`: permission mode × operation class → policy decision.
 //!
-//! Invariant: [`decide`] is total and pure; `plan` denies everything, `bypass` allows
-//! everything, and no other mode allows anything but tracked workspace edits without approval.
+//! Invariant: [`decide`] is total and pure; reads are allowed in every mode; otherwise `plan`
+//! denies everything, `bypass` allows everything, and no other mode allows anything but tracked
+//! workspace edits without approval.
 
 use serde::{Deserialize, Serialize};
 
@@ -39,9 +40,10 @@ pub enum PolicyDecision {
 
 /// The policy decision for `class` under `mode`.
 pub fn decide(mode: PermissionMode, class: OperationClass) -> PolicyDecision {
-    use OperationClass::TrackedWorkspaceEdit;
+    use OperationClass::{Read, TrackedWorkspaceEdit};
     match (mode, class) {
-        (PermissionMode::Bypass, _)
+        (_, Read)
+        | (PermissionMode::Bypass, _)
         | (PermissionMode::Auto | PermissionMode::AllowEdits, TrackedWorkspaceEdit) => {
             PolicyDecision::Allow
         }
@@ -62,7 +64,7 @@ pub fn decide(mode: PermissionMode, class: OperationClass) -> PolicyDecision {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use OperationClass::{OtherWrite, Process, TrackedWorkspaceEdit};
+    use OperationClass::{OtherWrite, Process, Read, TrackedWorkspaceEdit};
     use PermissionMode::{AllowEdits, Auto, Bypass, Plan, Supervised};
 
     fn approval(via: ApprovalRoute) -> PolicyDecision {
@@ -91,10 +93,20 @@ mod tests {
             assert_eq!(decide(mode, class), want, "{mode} × {class}");
         }
         for class in OperationClass::ALL {
+            if class == Read {
+                continue;
+            }
             assert!(
                 matches!(decide(Plan, class), PolicyDecision::Deny { .. }),
                 "plan × {class}"
             );
+        }
+    }
+
+    #[test]
+    fn reads_are_allowed_in_every_mode() {
+        for mode in PermissionMode::ALL {
+            assert_eq!(decide(mode, Read), PolicyDecision::Allow, "{mode}");
         }
     }
 

@@ -1,4 +1,5 @@
-//! Permission modes, the `workflow_command` decision, the approval flow, hooks and trust.
+//! Permission modes, the decision for command nodes and tool calls, the approval flow, hooks
+//! and trust.
 //!
 //! This crate owns every policy rule of `rho` as pure functions and small state machines; the
 //! host (`rho`) does all I/O — reading files and environment variables, prompting, running
@@ -28,7 +29,9 @@ pub use hooks::{
     hook_verdict, parse_hook_response, parse_hooks_file,
 };
 pub use mode::{ModeSelection, ModeSource, PermissionMode, narrow, select_mode};
-pub use request::{CommandRequest, ExecutableIdentity, OperationClass};
+pub use request::{
+    CommandRequest, ExecutableIdentity, OperationClass, PermissionRequest, ToolRequest,
+};
 pub use trust::{
     CurrentTrust, TrustKind, TrustOverrides, TrustRequirement, TrustStore, check_trust,
 };

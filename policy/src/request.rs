@@ -1,8 +1,10 @@
-//! The host-only `workflow_command` request and the operation classes policy decides on.
+//! The requests policy decides on: the host-only `workflow_command` request of a command node,
+//! the [`ToolRequest`] of a model-facing tool call, and the operation classes both carry.
 //!
 //! Invariant: a [`CommandRequest`] carries only frozen facts from the confirmed program (plus
 //! the run's identity), and its operation class is always [`OperationClass::Process`] — there
-//! is no way to describe a command node as a cheaper class of operation.
+//! is no way to describe a command node as a cheaper class of operation. A tool states its own
+//! class in its [`ToolRequest`]; the tool layer, not the model, chooses it.
 
 use std::fmt;
 use std::path::PathBuf;
@@ -13,10 +15,13 @@ use serde::{Deserialize, Serialize};
 ///
 /// A workflow command node is always [`OperationClass::Process`] because it executes a process,
 /// whatever that process does. The other classes exist so the same table covers agent tool
-/// calls (an edit of a tracked workspace file, a write elsewhere).
+/// calls (a read, an edit of a tracked workspace file, a write elsewhere).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum OperationClass {
+    /// Reading workspace or store data without changing anything; policy allows it in every
+    /// mode (`plan` included), hooks still see it.
+    Read,
     /// An edit to a file tracked in the workspace (recoverable through version control).
     TrackedWorkspaceEdit,
     /// Any other write: untracked files, files outside the workspace.
@@ -27,7 +32,8 @@ pub enum OperationClass {
 
 impl OperationClass {
     /// Every class, in table order.
-    pub const ALL: [OperationClass; 3] = [
+    pub const ALL: [OperationClass; 4] = [
+        OperationClass::Read,
         OperationClass::TrackedWorkspaceEdit,
         OperationClass::OtherWrite,
         OperationClass::Process,
@@ -36,6 +42,7 @@ impl OperationClass {
     /// A short phrase for messages: "process execution", "tracked workspace edits", ...
     pub const fn describe(self) -> &'static str {
         match self {
+            OperationClass::Read => "reads",
             OperationClass::TrackedWorkspaceEdit => "tracked workspace edits",
             OperationClass::OtherWrite => "writes outside tracked workspace files",
             OperationClass::Process => "process execution",
@@ -46,6 +53,7 @@ impl OperationClass {
 impl fmt::Display for OperationClass {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
+            OperationClass::Read => "read",
             OperationClass::TrackedWorkspaceEdit => "tracked_workspace_edit",
             OperationClass::OtherWrite => "other_write",
             OperationClass::Process => "process",
@@ -115,6 +123,101 @@ impl fmt::Display for CommandRequest {
     }
 }
 
+/// One model-facing tool call as policy, hooks, classifier and human see it.
+///
+/// Built by the tool layer from arguments it has already validated; `operation` is the tool's
+/// own statement of what the call does, never something the model chose. Serializes to the
+/// JSON a classifier executable receives.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ToolRequest {
+    /// The tool's name (`process`, `workflow`, `write_file`, ...); hook `tools` matchers see it.
+    pub tool: String,
+    /// What the call does.
+    pub operation: OperationClass,
+    /// The directory the call acts in (the workspace root for most tools).
+    pub working_directory: PathBuf,
+    /// One line for prompts and logs, e.g. ``start `npm run dev` ``.
+    pub summary: String,
+    /// The call's arguments as judged: what hooks and the classifier inspect (paths, command
+    /// text). The tool layer bounds its size.
+    pub input: serde_json::Value,
+    /// Workflow labels when the call comes from inside a workflow node; `None` in an
+    /// interactive or MCP session.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub labels: Option<crate::hooks::HostLabels>,
+}
+
+impl fmt::Display for ToolRequest {
+    /// One line for prompts and logs: tool, class and summary.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "tool `{}` ({}): {}",
+            self.tool, self.operation, self.summary
+        )
+    }
+}
+
+/// Either kind of request, as the approval path and the host's traits see it.
+///
+/// Both kinds go through the same [`crate::Authorizer`] steps; the variants only differ in the
+/// facts they carry for prompts, hooks and classifiers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PermissionRequest<'a> {
+    /// A workflow command node (always a process).
+    Command(&'a CommandRequest),
+    /// A model-facing tool call.
+    Tool(&'a ToolRequest),
+}
+
+impl PermissionRequest<'_> {
+    /// The class policy decides on.
+    pub fn operation_class(&self) -> OperationClass {
+        match self {
+            PermissionRequest::Command(req) => req.operation_class(),
+            PermissionRequest::Tool(req) => req.operation,
+        }
+    }
+
+    /// The tool name hook `tools` matchers are checked against.
+    pub fn tool_name(&self) -> &str {
+        match self {
+            PermissionRequest::Command(_) => CommandRequest::TOOL_NAME,
+            PermissionRequest::Tool(req) => &req.tool,
+        }
+    }
+
+    /// The JSON a classifier executable receives: the request itself.
+    pub fn to_json(&self) -> serde_json::Result<serde_json::Value> {
+        match self {
+            PermissionRequest::Command(req) => serde_json::to_value(req),
+            PermissionRequest::Tool(req) => serde_json::to_value(req),
+        }
+    }
+}
+
+impl fmt::Display for PermissionRequest<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PermissionRequest::Command(req) => req.fmt(f),
+            PermissionRequest::Tool(req) => req.fmt(f),
+        }
+    }
+}
+
+impl<'a> From<&'a CommandRequest> for PermissionRequest<'a> {
+    fn from(req: &'a CommandRequest) -> Self {
+        PermissionRequest::Command(req)
+    }
+}
+
+impl<'a> From<&'a ToolRequest> for PermissionRequest<'a> {
+    fn from(req: &'a ToolRequest) -> Self {
+        PermissionRequest::Tool(req)
+    }
+}
+
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
@@ -135,6 +238,39 @@ pub(crate) mod tests {
             timeout_ms: 60_000,
             output_limit_bytes: 1 << 20,
         }
+    }
+
+    pub(crate) fn sample_tool_request(operation: OperationClass) -> ToolRequest {
+        ToolRequest {
+            tool: "process".to_owned(),
+            operation,
+            working_directory: PathBuf::from("/work/project"),
+            summary: "start `npm run dev`".to_owned(),
+            input: serde_json::json!({"action": "start", "command": "npm run dev"}),
+            labels: None,
+        }
+    }
+
+    #[test]
+    fn tool_request_round_trips_and_names_its_class() {
+        let req = sample_tool_request(OperationClass::Process);
+        let json = serde_json::to_value(&req).unwrap();
+        assert_eq!(json["operation"], "process");
+        assert_eq!(json["input"]["command"], "npm run dev");
+        assert!(json.get("labels").is_none());
+        assert_eq!(serde_json::from_value::<ToolRequest>(json).unwrap(), req);
+        let wrapped = PermissionRequest::from(&req);
+        assert_eq!(wrapped.tool_name(), "process");
+        assert_eq!(wrapped.operation_class(), OperationClass::Process);
+        assert_eq!(
+            wrapped.to_string(),
+            "tool `process` (process): start `npm run dev`"
+        );
+        let command = sample_request();
+        assert_eq!(
+            PermissionRequest::from(&command).tool_name(),
+            "workflow_command"
+        );
     }
 
     #[test]

@@ -19,7 +19,7 @@ use rho::permissions::{
 use rho::workflow::runner::authorize::{CommandAuthorizer, Verdict};
 use rho_policy::{
     ApprovalAnswer, ApprovalContext, ApprovalReason, ApprovalResponder, CommandRequest, Decider,
-    EscalationCounters, ExecutableIdentity, PermissionMode,
+    EscalationCounters, ExecutableIdentity, PermissionMode, PermissionRequest,
 };
 use tempfile::TempDir;
 
@@ -129,7 +129,10 @@ impl ScriptedHuman {
 }
 
 impl ApprovalResponder for ScriptedHuman {
-    fn ask(&mut self, req: &CommandRequest, context: &ApprovalContext) -> ApprovalAnswer {
+    fn ask(&mut self, req: PermissionRequest<'_>, context: &ApprovalContext) -> ApprovalAnswer {
+        let PermissionRequest::Command(req) = req else {
+            panic!("only command nodes are asked about here");
+        };
         self.asked
             .lock()
             .unwrap()

@@ -543,8 +543,8 @@ fn observational_hooks_run_report_failures_and_never_run_gates() {
     ));
     let runner = fx.runner(&base_env());
     let labels = HostLabels {
-        workflow_run_id: "run-7".to_owned(),
-        plan_digest: "ab".repeat(32),
+        workflow_run_id: Some("run-7".to_owned()),
+        plan_digest: Some("ab".repeat(32)),
         node_id: Some("build".to_owned()),
         attempt: Some(1),
     };

@@ -8,18 +8,23 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
-use crate::request::{CommandRequest, ExecutableIdentity, OperationClass};
+use crate::request::{
+    CommandRequest, ExecutableIdentity, OperationClass, PermissionRequest, ToolRequest,
+};
 
 use super::{HOOK_BASE_ENV, HOOK_EVENT_SCHEMA_VERSION, HookEventName, HookSpec};
 
 /// Workflow labels of an event.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct HostLabels {
-    /// The workflow run.
-    pub workflow_run_id: String,
-    /// The confirmed program's digest.
-    pub plan_digest: String,
+    /// The workflow run; absent for a tool call outside any workflow (an MCP or interactive
+    /// session), whose labels are then `{}`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workflow_run_id: Option<String>,
+    /// The confirmed program's digest; absent with `workflow_run_id`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub plan_digest: Option<String>,
     /// The node, for node events.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node_id: Option<String>,
@@ -38,12 +43,22 @@ pub struct CapabilityPayload {
     pub operation: OperationClass,
     /// The working directory.
     pub working_directory: PathBuf,
-    /// The program and its digest.
-    pub executable: ExecutableIdentity,
-    /// Full argv.
-    pub arguments: Vec<String>,
-    /// The environment policy's name.
-    pub environment_policy: String,
+    /// The program and its digest (command nodes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub executable: Option<ExecutableIdentity>,
+    /// Full argv (command nodes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub arguments: Option<Vec<String>>,
+    /// The environment policy's name (command nodes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub environment_policy: Option<String>,
+    /// One line saying what the call does (tool calls).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub summary: Option<String>,
+    /// The tool's validated arguments (tool calls): paths and command text are there because
+    /// judging them is what a deny hook is for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input: Option<serde_json::Value>,
 }
 
 /// The JSON document a hook reads on stdin.
@@ -74,8 +89,8 @@ impl HookEvent {
             event_id,
             workspace,
             host_labels: HostLabels {
-                workflow_run_id: req.run_id.clone(),
-                plan_digest: req.plan_digest.clone(),
+                workflow_run_id: Some(req.run_id.clone()),
+                plan_digest: Some(req.plan_digest.clone()),
                 node_id: Some(req.node_id.clone()),
                 attempt: Some(req.attempt),
             },
@@ -83,10 +98,41 @@ impl HookEvent {
                 tool: CommandRequest::TOOL_NAME.to_owned(),
                 operation: req.operation_class(),
                 working_directory: req.cwd.clone(),
-                executable: req.executable.clone(),
-                arguments: req.argv.clone(),
-                environment_policy: req.environment_policy.clone(),
+                executable: Some(req.executable.clone()),
+                arguments: Some(req.argv.clone()),
+                environment_policy: Some(req.environment_policy.clone()),
+                summary: None,
+                input: None,
             }),
+        }
+    }
+
+    /// The `before_tool_use` event for a model-facing tool call.
+    pub fn before_tool_call(event_id: String, workspace: PathBuf, req: &ToolRequest) -> Self {
+        HookEvent {
+            schema_version: HOOK_EVENT_SCHEMA_VERSION,
+            event: HookEventName::BeforeToolUse,
+            event_id,
+            workspace,
+            host_labels: req.labels.clone().unwrap_or_default(),
+            payload: Some(CapabilityPayload {
+                tool: req.tool.clone(),
+                operation: req.operation,
+                working_directory: req.working_directory.clone(),
+                executable: None,
+                arguments: None,
+                environment_policy: None,
+                summary: Some(req.summary.clone()),
+                input: Some(req.input.clone()),
+            }),
+        }
+    }
+
+    /// The `before_tool_use` event for either kind of request.
+    pub fn for_request(event_id: String, workspace: PathBuf, req: PermissionRequest<'_>) -> Self {
+        match req {
+            PermissionRequest::Command(req) => Self::before_tool_use(event_id, workspace, req),
+            PermissionRequest::Tool(req) => Self::before_tool_call(event_id, workspace, req),
         }
     }
 
@@ -195,8 +241,8 @@ mod tests {
         assert_eq!(serde_json::from_value::<HookEvent>(json).unwrap(), event);
 
         let labels = HostLabels {
-            workflow_run_id: "run-1".into(),
-            plan_digest: "d".into(),
+            workflow_run_id: Some("run-1".into()),
+            plan_digest: Some("d".into()),
             node_id: None,
             attempt: None,
         };
@@ -210,5 +256,34 @@ mod tests {
         assert_eq!(json["event"], "workflow_started");
         assert!(json.get("payload").is_none());
         assert!(json["host_labels"].get("node_id").is_none());
+    }
+
+    #[test]
+    fn tool_call_event_shape() {
+        let req = crate::request::tests::sample_tool_request(OperationClass::Process);
+        let event = HookEvent::for_request(
+            "ev-3".into(),
+            PathBuf::from("/work/project"),
+            PermissionRequest::Tool(&req),
+        );
+        let json = serde_json::to_value(&event).unwrap();
+        assert_eq!(
+            json,
+            serde_json::json!({
+                "schema_version": 1,
+                "event": "before_tool_use",
+                "event_id": "ev-3",
+                "workspace": "/work/project",
+                "host_labels": {},
+                "payload": {
+                    "tool": "process",
+                    "operation": "process",
+                    "working_directory": "/work/project",
+                    "summary": "start `npm run dev`",
+                    "input": {"action": "start", "command": "npm run dev"},
+                },
+            })
+        );
+        assert_eq!(serde_json::from_value::<HookEvent>(json).unwrap(), event);
     }
 }

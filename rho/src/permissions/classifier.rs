@@ -2,8 +2,8 @@
 //! "args"...]`, asked first in `auto` mode.
 //!
 //! Protocol. The classifier runs from its argv (never through a shell) in the workspace
-//! directory, with the [`CommandRequest`] as one JSON document on stdin and a minimal
-//! environment (`PATH`, `HOME`, `LANG`, `LC_ALL`, `LC_CTYPE`, `TZ` when set, and
+//! directory, with the request (a `CommandRequest` or a `ToolRequest`) as one JSON document
+//! on stdin and a minimal environment (`PATH`, `HOME`, `LANG`, `LC_ALL`, `LC_CTYPE`, `TZ` when set, and
 //! `RHO_IN_CLASSIFIER=1`). It answers on stdout, within [`DEFAULT_CLASSIFIER_TIMEOUT`] and
 //! at most 8 KiB:
 //!
@@ -24,7 +24,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use rho_policy::hooks::{HOOK_BASE_ENV, HOOK_OUTPUT_LIMIT};
-use rho_policy::{Classifier, ClassifierAnswer, CommandRequest, HookRun};
+use rho_policy::{Classifier, ClassifierAnswer, HookRun, PermissionRequest};
 
 use super::HostEnvironment;
 use super::spawn::{HelperProcess, run_helper};
@@ -85,13 +85,13 @@ impl ClassifierCommand {
 }
 
 impl Classifier for ClassifierCommand {
-    fn classify(&mut self, req: &CommandRequest) -> ClassifierAnswer {
+    fn classify(&mut self, req: PermissionRequest<'_>) -> ClassifierAnswer {
         let Some((program, args)) = self.argv.split_first() else {
             return ClassifierAnswer::Error {
                 detail: "the classifier command is empty".to_owned(),
             };
         };
-        let document = match serde_json::to_vec(req) {
+        let document = match req.to_json().and_then(|value| serde_json::to_vec(&value)) {
             Ok(bytes) => bytes,
             Err(err) => {
                 return ClassifierAnswer::Error {
@@ -116,7 +116,7 @@ impl Classifier for ClassifierCommand {
             keep_bytes: CLASSIFIER_OUTPUT_LIMIT + 1,
         });
         let answer = classifier_answer(&run);
-        tracing::debug!(node = %req.node_id, ?answer, "classifier answered");
+        tracing::debug!(request = %req, ?answer, "classifier answered");
         answer
     }
 }

@@ -18,8 +18,8 @@ use std::path::{Path, PathBuf};
 
 use rho_policy::hooks::{HOOK_OUTPUT_LIMIT, HostLabels};
 use rho_policy::{
-    CommandRequest, CurrentTrust, HookEvent, HookEventName, HookRun, HookRunner, HookScope,
-    HookSet, HookSpec, HookVerdict, HooksFile, TrustKind, TrustOverrides, TrustStore,
+    CurrentTrust, HookEvent, HookEventName, HookRun, HookRunner, HookScope, HookSet, HookSpec,
+    HookVerdict, HooksFile, PermissionRequest, TrustKind, TrustOverrides, TrustStore,
     hook_environment, hook_verdict, parse_hooks_file,
 };
 
@@ -287,15 +287,15 @@ impl ProcessHookRunner {
 }
 
 impl HookRunner for ProcessHookRunner {
-    fn before_tool_use(&mut self, req: &CommandRequest) -> HookVerdict {
-        let event = HookEvent::before_tool_use(new_event_id(), self.workspace.clone(), req);
+    fn before_tool_use(&mut self, req: PermissionRequest<'_>) -> HookVerdict {
+        let event = HookEvent::for_request(new_event_id(), self.workspace.clone(), req);
         for hook in self
             .hooks
-            .matching(HookEventName::BeforeToolUse, CommandRequest::TOOL_NAME)
+            .matching(HookEventName::BeforeToolUse, req.tool_name())
         {
             let verdict = hook_verdict(&hook.id, &self.run_hook(hook, &event));
             if let HookVerdict::Deny { reason, .. } = &verdict {
-                tracing::info!(hook = %hook.id, scope = %hook.scope, node = %req.node_id, %reason, "hook denied");
+                tracing::info!(hook = %hook.id, scope = %hook.scope, request = %req, %reason, "hook denied");
                 return verdict;
             }
         }

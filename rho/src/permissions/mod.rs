@@ -24,7 +24,7 @@ use std::sync::{Mutex, PoisonError};
 use rho_policy::hooks::HostLabels;
 use rho_policy::{
     ApprovalResponder, Approvers, Authorization, Authorizer, Classifier, CommandRequest, Decider,
-    EscalationCounters, HookEventName, HookScope, PermissionMode, PolicyError,
+    EscalationCounters, HookEventName, HookScope, PermissionMode, PolicyError, ToolRequest,
 };
 
 use crate::cli::exit::{CliError, ExitCode};
@@ -218,6 +218,31 @@ impl HostAuthorizer {
         authorization
     }
 
+    /// Decides one model-facing tool call on the same path: policy for the tool's class, then
+    /// hooks (matched on the tool's name), then classifier and human as the mode requires.
+    pub fn authorize_tool(&mut self, req: &ToolRequest) -> Authorization {
+        let responder = self
+            .responder
+            .as_deref_mut()
+            .map(|r| r as &mut dyn ApprovalResponder);
+        let classifier = self.classifier.as_mut().map(|c| c as &mut dyn Classifier);
+        let mut approvers = Approvers {
+            responder,
+            classifier,
+            hooks: &mut self.hooks,
+        };
+        let authorization = self.authorizer.authorize_tool(req, &mut approvers);
+        tracing::debug!(tool = %req.tool, operation = %req.operation, %authorization, "authorized");
+        authorization
+    }
+
+    /// Replaces the approval responder (an MCP client's elicitation, an interactive session's
+    /// prompt); `None` makes modes that need a human fail closed.
+    pub fn set_responder(&mut self, responder: Option<Box<dyn ApprovalResponder + Send>>) {
+        self.responder = responder;
+        self.abandon = None;
+    }
+
     /// The mode in force.
     pub fn mode(&self) -> PermissionMode {
         self.authorizer.mode()
@@ -304,6 +329,16 @@ impl SharedHostAuthorizer {
     /// Decides one request and returns the full [`Authorization`] (who, why, mode).
     pub fn authorize_request(&self, request: &CommandRequest) -> Authorization {
         self.lock().authorize(request)
+    }
+
+    /// Decides one model-facing tool call (see [`HostAuthorizer::authorize_tool`]).
+    pub fn authorize_tool(&self, request: &ToolRequest) -> Authorization {
+        self.lock().authorize_tool(request)
+    }
+
+    /// The mode in force.
+    pub fn mode(&self) -> PermissionMode {
+        self.mode
     }
 
     /// Runs the observational hooks for `event`; the failures are for the journal.

@@ -19,7 +19,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use nix::errno::Errno;
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use rho_policy::{
-    ApprovalAnswer, ApprovalContext, ApprovalReason, ApprovalResponder, CommandRequest,
+    ApprovalAnswer, ApprovalContext, ApprovalReason, ApprovalResponder, PermissionRequest,
 };
 
 /// The reason recorded when the human says anything but yes.
@@ -134,7 +134,7 @@ impl TerminalResponder {
 }
 
 impl ApprovalResponder for TerminalResponder {
-    fn ask(&mut self, req: &CommandRequest, context: &ApprovalContext) -> ApprovalAnswer {
+    fn ask(&mut self, req: PermissionRequest<'_>, context: &ApprovalContext) -> ApprovalAnswer {
         if self.abandon.is_abandoned() {
             return abandoned();
         }
@@ -181,13 +181,13 @@ fn abandoned() -> ApprovalAnswer {
 }
 
 /// Shows the request on `output`, reads one line from `input` and turns it into an answer.
-pub fn prompt(
+pub fn prompt<'a>(
     input: &mut impl BufRead,
     output: &mut impl Write,
-    req: &CommandRequest,
+    req: impl Into<PermissionRequest<'a>>,
     context: &ApprovalContext,
 ) -> ApprovalAnswer {
-    prompt_until(input, output, req, context, false, || Wait::Ready)
+    prompt_until(input, output, req.into(), context, false, || Wait::Ready)
 }
 
 /// [`prompt`], reading only once `wait` says input is there; when it says the prompt was
@@ -196,7 +196,7 @@ pub fn prompt(
 pub fn prompt_until(
     input: &mut impl BufRead,
     output: &mut impl Write,
-    req: &CommandRequest,
+    req: PermissionRequest<'_>,
     context: &ApprovalContext,
     erase_live: bool,
     wait: impl FnOnce() -> Wait,
@@ -264,7 +264,7 @@ fn skip_line(input: &mut impl BufRead) {
 #[allow(clippy::unnecessary_debug_formatting)]
 fn write_request(
     output: &mut impl Write,
-    req: &CommandRequest,
+    req: PermissionRequest<'_>,
     context: &ApprovalContext,
     erase_live: bool,
 ) -> std::io::Result<()> {
@@ -273,6 +273,18 @@ fn write_request(
     } else {
         writeln!(output)?;
     }
+    let req = match req {
+        PermissionRequest::Command(req) => req,
+        PermissionRequest::Tool(req) => {
+            writeln!(output, "rho: approval needed for tool {:?}", req.tool)?;
+            writeln!(output, "  why:        {}", why(context))?;
+            writeln!(output, "  call:       {:?}", req.summary)?;
+            writeln!(output, "  cwd:        {:?}", req.working_directory)?;
+            writeln!(output, "  mode:       {}", context.mode)?;
+            write!(output, "Run it? [y/N] ")?;
+            return output.flush();
+        }
+    };
     writeln!(
         output,
         "rho: approval needed for node {:?} (attempt {})",
@@ -324,7 +336,7 @@ mod tests {
     use std::os::fd::AsFd as _;
     use std::path::PathBuf;
 
-    use rho_policy::{ExecutableIdentity, OperationClass, PermissionMode};
+    use rho_policy::{CommandRequest, ExecutableIdentity, OperationClass, PermissionMode};
 
     use super::*;
 
@@ -453,7 +465,7 @@ mod tests {
         let answer = prompt_until(
             &mut input,
             &mut output,
-            &request(),
+            (&request()).into(),
             &context(ApprovalReason::ModeRequiresApproval),
             false,
             || Wait::Abandoned,
@@ -476,7 +488,7 @@ mod tests {
             let _ = prompt_until(
                 &mut Cursor::new(b"n\n".to_vec()),
                 &mut output,
-                &request(),
+                (&request()).into(),
                 &context(ApprovalReason::ModeRequiresApproval),
                 erase_live,
                 || Wait::Ready,

@@ -124,8 +124,8 @@ impl<'p> Owner<'p> {
     /// nothing else.
     pub(super) fn observe(&mut self, event: HookEventName) -> Result<(), RunError> {
         let labels = HostLabels {
-            workflow_run_id: self.run.id().to_owned(),
-            plan_digest: self.shared.program_digest.clone(),
+            workflow_run_id: Some(self.run.id().to_owned()),
+            plan_digest: Some(self.shared.program_digest.clone()),
             node_id: None,
             attempt: None,
         };

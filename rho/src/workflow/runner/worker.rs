@@ -183,8 +183,8 @@ fn observe(
     tx: &Sender<WorkerMsg>,
 ) {
     let labels = HostLabels {
-        workflow_run_id: shared.run.id().to_owned(),
-        plan_digest: shared.program_digest.clone(),
+        workflow_run_id: Some(shared.run.id().to_owned()),
+        plan_digest: Some(shared.program_digest.clone()),
         node_id: Some(node.id.clone()),
         attempt: Some(attempt),
     };
