@@ -7,6 +7,7 @@ pub mod descriptors;
 pub mod doctor;
 pub mod exit;
 pub mod limits;
+pub mod mcp;
 pub mod run;
 pub mod session_args;
 pub mod trust;
@@ -51,6 +52,8 @@ enum Command {
     Attach(attach::AttachArgs),
     /// Show the last Claude rate-limit windows claude-cli runs reported.
     Limits(limits::LimitsArgs),
+    /// Serve rho's tools (workflow) over the Model Context Protocol on stdio.
+    Mcp(mcp::McpArgs),
 }
 
 /// Parses the process arguments, runs the command and returns the exit status.
@@ -89,6 +92,7 @@ pub fn main() -> std::process::ExitCode {
         Some(Command::Trust(args)) => trust::run_trust(args),
         Some(Command::Attach(args)) => attach::run_attach(&args),
         Some(Command::Limits(args)) => limits::run_limits(&args),
+        Some(Command::Mcp(args)) => mcp::run_mcp(&args),
     };
     finish(result)
 }

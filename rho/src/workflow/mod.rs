@@ -13,5 +13,6 @@ pub mod journal;
 pub mod plan;
 pub mod runner;
 pub mod scheduler;
+pub mod service;
 pub mod state;
 pub mod store;

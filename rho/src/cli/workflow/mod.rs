@@ -23,14 +23,13 @@ use std::path::{Path, PathBuf};
 
 use clap::{Args, Subcommand};
 use rho_ipc::data::Data;
-use rho_policy::TrustKind;
 
 use super::exit::{CliError, CliResult, ExitCode};
 use crate::config::Config;
 use crate::paths::{self, RhoHome};
 use crate::workflow::plan::checks::is_valid_name;
 use crate::workflow::plan::worker::WorkerError;
-use crate::workflow::plan::{self as planning, PlanError, PlanInput, Planned, ProcessSettings};
+use crate::workflow::plan::{self as planning, PlanError, Planned, ProcessSettings};
 use crate::workflow::store::StoreError;
 use crate::workflow::store::plans::PlanManifest;
 
@@ -153,26 +152,14 @@ impl Context {
 
     /// Plans `file` with `inputs` (nothing is stored).
     pub fn plan(&self, file: &Path, inputs: BTreeMap<String, Data>) -> Result<Planned, PlanError> {
-        let current = crate::trust::current(
+        crate::workflow::service::plan_file(
             &self.home,
             &self.workspace,
-            crate::trust::overrides_from_env(),
-        )
-        .map_err(|e| PlanError::Invalid {
-            diagnostics: vec![rho_ipc::message::Diagnostic::new(
-                "trust",
-                planning::error_chain(&e),
-            )],
-        })?;
-        planning::plan(&PlanInput {
-            home: &self.home,
-            workspace: &self.workspace,
+            &self.config,
+            &self.process,
             file,
             inputs,
-            config: &self.config,
-            process: &self.process,
-            project_agents_trusted: current.allows(TrustKind::ProjectAgents),
-        })
+        )
     }
 }
 

@@ -6,13 +6,13 @@
 //! retried without the explicit recovery flag.
 
 use clap::Args;
-use rho_policy::{ModeSelection, PermissionMode, narrow};
 
 use super::Context;
 use super::run::{Progress, ProgressOutput, check_trust, confirm, finish, run_context, run_error};
 use crate::cli::exit::CliResult;
 use crate::permissions::{PermissionArgs, select_process_mode};
 use crate::workflow::runner::{self, ResumeOptions};
+use crate::workflow::service::resume_mode;
 use crate::workflow::store::runs::{self, StoredManifest};
 
 /// Resume a cancelled or interrupted run.
@@ -85,27 +85,9 @@ pub fn run_resume(args: &ResumeArgs) -> CliResult {
     finish(&mut sink, result)
 }
 
-/// The mode a resume runs under, `narrow(recorded, current)`, and how to describe where it
-/// came from.
-fn resume_mode(recorded: PermissionMode, current: ModeSelection) -> (PermissionMode, String) {
-    let mode = narrow(recorded, current.mode);
-    if mode == current.mode {
-        (mode, current.source.to_string())
-    } else {
-        (
-            mode,
-            format!(
-                "recorded when the run was created; {} asked for {}, and current settings only \
-                 narrow",
-                current.source, current.mode
-            ),
-        )
-    }
-}
-
 #[cfg(test)]
 mod tests {
-    use rho_policy::ModeSource;
+    use rho_policy::{ModeSelection, ModeSource, PermissionMode};
 
     use super::*;
 

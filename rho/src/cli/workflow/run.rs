@@ -7,7 +7,6 @@
 
 use std::io::{BufRead as _, IsTerminal as _, Write as _};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::time::Instant;
 
 use clap::{Args, ValueEnum};
@@ -18,14 +17,8 @@ use crate::cli::exit::{CliError, CliResult, ExitCode};
 use rho_policy::{PermissionMode, TrustRequirement};
 
 use crate::permissions::responder::{TerminalShare, terminal};
-use crate::permissions::{
-    HostAuthorizer, PermissionArgs, SharedHostAuthorizer, select_process_mode,
-};
-use crate::runtime::claude_cli::environment::child_environment;
-use crate::runtime::claude_cli::node::{ClaudeCliExecutor, ClaudeNodeContext};
-use crate::runtime::node::RuntimeAgentExecutor;
+use crate::permissions::{PermissionArgs, select_process_mode};
 use crate::workflow::plan::{error_chain, recorded_sandbox_warnings};
-use crate::workflow::runner::authorize::CommandAuthorizer;
 use crate::workflow::runner::{self, ProgressSink, RunContext, RunError, RunReport, signals};
 use crate::workflow::state::{Event, EventKind, NodeState, Outcome, State};
 use crate::workflow::store::plans;
@@ -119,16 +112,11 @@ pub fn run_run(args: &RunArgs) -> CliResult {
 /// Re-checks the trust a plan (or run) needed against the trust this process has now; gone
 /// trust fails with the message saying to resolve it and create a new plan.
 pub fn check_trust(ctx: &Context, required: &TrustRequirement) -> Result<(), CliError> {
-    if required.kinds().is_empty() {
-        return Ok(());
-    }
-    let current = crate::trust::current(
-        &ctx.home,
-        &ctx.workspace,
-        crate::trust::overrides_from_env(),
-    )
-    .map_err(|e| CliError::operational(error_chain(&e)))?;
-    rho_policy::check_trust(required, &current).map_err(|e| CliError::invalid(e.to_string()))
+    use crate::workflow::service::{self, TrustCheckError};
+    service::check_trust(&ctx.home, &ctx.workspace, required).map_err(|e| match e {
+        TrustCheckError::Store(e) => CliError::operational(error_chain(&e)),
+        TrustCheckError::Revoked(e) => CliError::invalid(e.to_string()),
+    })
 }
 
 /// Asks for (or takes) consent to `digest` for one new run.
@@ -167,41 +155,21 @@ pub fn confirm(plan_id: &str, digest: &str, yes: bool) -> Result<Confirmation, C
     }
 }
 
-/// The owner's context: the host authorizer under `mode` (hooks, classifier, a terminal
-/// responder when there is a terminal), the same hooks as observers, the claude-cli runtime for
-/// claude-cli agent nodes (no other agent runtime yet), and
-/// SIGINT/SIGTERM as cancellation.
+/// The owner's context (see `workflow::service::run_context`: the host authorizer under
+/// `mode` with a terminal responder when there is a terminal, the same hooks as observers, the
+/// claude-cli runtime for claude-cli agent nodes) with SIGINT/SIGTERM as cancellation.
 pub fn run_context(ctx: &Context, mode: PermissionMode) -> Result<RunContext, CliError> {
-    let host = HostAuthorizer::for_process(mode, &ctx.home, &ctx.config, &ctx.workspace)?;
-    let shared = Arc::new(SharedHostAuthorizer::new(host));
+    let run_ctx = crate::workflow::service::run_context(
+        &ctx.home,
+        &ctx.workspace,
+        &ctx.config,
+        mode,
+        crate::workflow::service::OwnerResponder::Terminal,
+        true,
+    )?;
     signals::install()
         .map_err(|e| CliError::operational(format!("cannot install signal handlers: {e}")))?;
-    Ok(RunContext {
-        home: ctx.home.clone(),
-        workspace: ctx.workspace.clone(),
-        policy_trust: TrustRequirement {
-            project_hooks: shared.project_hooks_active(),
-            ..TrustRequirement::default()
-        },
-        authorizer: Arc::clone(&shared) as Arc<dyn CommandAuthorizer>,
-        observer: shared,
-        agents: Arc::new(ClaudeCliExecutor::new(
-            ClaudeNodeContext {
-                home: ctx.home.clone(),
-                workspace: ctx.workspace.clone(),
-                mode,
-                env: child_environment(std::env::vars_os()),
-                timeout: None,
-            },
-            Arc::new(RuntimeAgentExecutor::new(
-                ctx.home.clone(),
-                ctx.config.clone(),
-                ctx.workspace.clone(),
-                mode,
-            )),
-        )),
-        watch_signals: true,
-    })
+    Ok(run_ctx)
 }
 
 /// The exit code of an outcome.

@@ -207,6 +207,7 @@ fn status_text(id: &str, run_dir: &std::path::Path, inspection: &Inspection) -> 
         match manifest.confirmation.method {
             runs::ConfirmationMethod::Yes => "--yes",
             runs::ConfirmationMethod::Prompt => "prompt",
+            runs::ConfirmationMethod::Host => "host",
         },
         manifest.confirmation.at,
         manifest.confirmation.digest

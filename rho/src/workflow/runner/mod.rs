@@ -263,6 +263,7 @@ fn consent_event(command: &str, confirmation: &Confirmation) -> EventKind {
         method: match confirmation.method {
             runs::ConfirmationMethod::Yes => "--yes",
             runs::ConfirmationMethod::Prompt => "prompt",
+            runs::ConfirmationMethod::Host => "host",
         }
         .to_owned(),
         at: confirmation.at.clone(),

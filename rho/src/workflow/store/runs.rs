@@ -57,6 +57,10 @@ pub enum ConfirmationMethod {
     /// `y`/`yes` at the interactive prompt.
     #[serde(rename = "prompt")]
     Prompt,
+    /// An explicit accept from the host of a tool call (an MCP client's elicitation, an
+    /// interactive agent session's prompt).
+    #[serde(rename = "host")]
+    Host,
 }
 
 /// The consent a run was created under: one digest, one run, nothing more.
