@@ -33,14 +33,20 @@ impl From<McpServeError> for CliError {
     }
 }
 
-/// Runs `rho mcp` until the client closes stdin.
-pub fn run_mcp(args: &McpArgs) -> CliResult {
+/// Runs `rho mcp` until the client closes stdin. The mode flag may also come before the
+/// subcommand (`rho --permission-mode plan mcp`), as Rho's root options do.
+pub fn run_mcp(args: &McpArgs, session: &super::session_args::SessionArgs) -> CliResult {
     let home = RhoHome::from_env().map_err(|e| CliError::operational(e.to_string()))?;
     let workspace =
         paths::current_workspace().map_err(|e| CliError::operational(error_chain(&e)))?;
     let config = Config::load(&home)
         .map_err(|e| CliError::invalid(format!("invalid configuration: {}", error_chain(&e))))?;
-    let selection = select_process_mode(args.permissions.permission_mode.as_deref(), &config)?;
+    let flag = args
+        .permissions
+        .permission_mode
+        .as_deref()
+        .or(session.permission_mode.as_deref());
+    let selection = select_process_mode(flag, &config)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .thread_name("rho-mcp")

@@ -92,7 +92,7 @@ pub fn main() -> std::process::ExitCode {
         Some(Command::Trust(args)) => trust::run_trust(args),
         Some(Command::Attach(args)) => attach::run_attach(&args),
         Some(Command::Limits(args)) => limits::run_limits(&args),
-        Some(Command::Mcp(args)) => mcp::run_mcp(&args),
+        Some(Command::Mcp(args)) => mcp::run_mcp(&args, &cli.session),
     };
     finish(result)
 }
