@@ -37,6 +37,9 @@ pub struct EvaluatedWorkflow {
     pub nodes: Vec<EvaluatedNode>,
     /// `exports` by name.
     pub exports: BTreeMap<String, Reference>,
+    /// `workflow(max_parallel_commands = ...)`, when given.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_parallel_commands: Option<u32>,
     /// Where `workflow(...)` was called.
     pub span: Option<SourceSpan>,
 }
@@ -53,8 +56,11 @@ pub struct EvaluatedNode {
     pub when: Option<Condition>,
     /// `allow_failure`.
     pub allow_failure: bool,
-    /// `access` for agents (`None` means the default, mutating); always `None` for commands.
+    /// `access` as written (`None` means the default, mutating).
     pub access: Option<crate::program::Access>,
+    /// `network` as written (command and shell nodes; `None` means allowed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub network: Option<crate::program::Network>,
     /// `timeout_seconds`.
     pub timeout_seconds: u64,
     /// `max_output_bytes`.

@@ -338,6 +338,27 @@ pub enum Access {
     Mutating,
 }
 
+/// What network a command or shell node may use.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Network {
+    /// Whatever the owner's process may reach (the default).
+    #[default]
+    Allowed,
+    /// `network = "none"`: no TCP connect or bind and no other IP or packet socket; the
+    /// kernel refuses them.
+    None,
+}
+
+impl Network {
+    /// Whether this is the default, so the encoding omits it and programs written before
+    /// the field existed keep their digest.
+    #[allow(clippy::trivially_copy_pass_by_ref)] // serde's `skip_serializing_if` passes `&T`
+    pub fn is_allowed(&self) -> bool {
+        *self == Network::Allowed
+    }
+}
+
 /// A frozen node.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -352,6 +373,10 @@ pub struct Node {
     pub allow_failure: bool,
     /// Checkout access.
     pub access: Access,
+    /// Network access (command and shell nodes only); omitted from the encoding when
+    /// `allowed`.
+    #[serde(default, skip_serializing_if = "Network::is_allowed")]
+    pub network: Network,
     /// Wall-time limit in seconds.
     pub timeout_seconds: u64,
     /// Retained bytes per output stream.

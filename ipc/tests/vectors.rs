@@ -35,9 +35,9 @@ use rho_ipc::digest::{
 use rho_ipc::program::{
     Access, AgentRuntime, AgentSetup, AgentSource, Condition, EnvironmentPolicy, Execution, Export,
     FileIdentity, FileLocation, FrozenDirectory, FrozenExecutable, FrozenInterpreter,
-    FrozenProgram, InputDecl, InputType, Node, NodeKind, PROGRAM_FORMAT_VERSION, PlannerIdentity,
-    ROOT_SCOPE_ID, RecordField, Reference, RootScope, SchedulerSettings, Schema, SourceEntry,
-    Template, TemplatePart, TrustRequirement,
+    FrozenProgram, InputDecl, InputType, Network, Node, NodeKind, PROGRAM_FORMAT_VERSION,
+    PlannerIdentity, ROOT_SCOPE_ID, RecordField, Reference, RootScope, SchedulerSettings, Schema,
+    SourceEntry, Template, TemplatePart, TrustRequirement,
 };
 use sha2::{Digest as _, Sha256};
 
@@ -258,6 +258,7 @@ fn node(id: &str, needs: &[&str], execution: Execution) -> Node {
         when: None,
         allow_failure: false,
         access: Access::Mutating,
+        network: Network::Allowed,
         timeout_seconds: 600,
         max_output_bytes: 65_536,
         output: None,
@@ -1711,6 +1712,21 @@ fn a_one_field_change_changes_the_program_digest() {
         let mut changed = p.clone();
         changed.scheduler.max_parallel_agents ^= 1;
         assert_ne!(program_digest(&changed).unwrap(), before, "{}", v.name);
+
+        // Access and network are behaviour: both move the program digest, and a denied
+        // network survives the canonical round trip (the default is simply not encoded).
+        let mut changed = p.clone();
+        changed.root.nodes[0].access = match changed.root.nodes[0].access {
+            Access::ReadOnly => Access::Mutating,
+            Access::Mutating => Access::ReadOnly,
+        };
+        assert_ne!(program_digest(&changed).unwrap(), before, "{}", v.name);
+        let mut changed = p.clone();
+        changed.root.nodes[0].network = Network::None;
+        assert_ne!(program_digest(&changed).unwrap(), before, "{}", v.name);
+        let bytes = canonical::to_canonical_bytes(&changed).unwrap();
+        let back: FrozenProgram = from_canonical_bytes(&bytes).unwrap();
+        assert_eq!(back, changed, "{}", v.name);
 
         let mut changed = p.clone();
         changed.sources[0].size ^= 1;

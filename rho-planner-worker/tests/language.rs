@@ -11,7 +11,8 @@ use rho_ipc::data::Data;
 use rho_ipc::evaluated::{EvaluatedExecution, EvaluatedWorkflow, SourceSpan};
 use rho_ipc::message::{Diagnostic, ModuleRequest, ModuleResponse, PlanRequest, PlanResponse};
 use rho_ipc::program::{
-    Access, Condition, InputDecl, InputType, RecordField, Reference, Schema, Template, TemplatePart,
+    Access, Condition, InputDecl, InputType, Network, RecordField, Reference, Schema, Template,
+    TemplatePart,
 };
 use rho_planner_worker::dsl;
 
@@ -716,8 +717,16 @@ fn node_fields_are_checked() {
             "empty",
         ),
         (
-            "command(name = \"a\", argv = [\"x\"], access = \"read_only\", timeout_seconds = 1, max_output_bytes = 1)",
-            "always mutating",
+            "command(name = \"a\", argv = [\"x\"], access = \"readonly\", timeout_seconds = 1, max_output_bytes = 1)",
+            "command(access) must be \"read_only\" or \"mutating\"",
+        ),
+        (
+            "shell(name = \"a\", executable = \"sh\", command = \"true\", network = \"off\", timeout_seconds = 1, max_output_bytes = 1)",
+            "shell(network) must be \"none\" or \"allowed\"",
+        ),
+        (
+            "agent(name = \"a\", agent = \"r\", prompt = \"p\", network = \"none\", timeout_seconds = 1, max_output_bytes = 1)",
+            "network",
         ),
         (
             "shell(name = \"a\", executable = \"sh\", command = template([status(\"b\")]), timeout_seconds = 1, max_output_bytes = 1)",
@@ -1322,5 +1331,39 @@ mod worker_binary {
         assert_budget(&diagnostic(response), "source_nesting_depth", 100);
         let (response, _) = converse("def f(n):\n    return f(n + 1)\nx = f(0)\n", &[], &[]);
         assert_budget(&diagnostic(response), "call_stack_depth", 25);
+    }
+}
+
+#[test]
+fn command_and_shell_nodes_carry_access_network_and_the_workflow_capacity() {
+    let w = workflow(run(&entry(
+        "    a = command(name = \"a\", argv = [\"x\"], access = \"read_only\", network = \"none\", timeout_seconds = 1, max_output_bytes = 1)\n    b = shell(name = \"b\", executable = \"sh\", command = \"true\", access = \"mutating\", network = \"allowed\", timeout_seconds = 1, max_output_bytes = 1)\n    c = command(name = \"c\", argv = [\"x\"], timeout_seconds = 1, max_output_bytes = 1)\n    return workflow(name = \"w\", nodes = [a, b, c], max_parallel_commands = 8)",
+    )));
+    assert_eq!(w.max_parallel_commands, Some(8));
+    assert_eq!(w.nodes[0].access, Some(Access::ReadOnly));
+    assert_eq!(w.nodes[0].network, Some(Network::None));
+    assert_eq!(w.nodes[1].access, Some(Access::Mutating));
+    assert_eq!(w.nodes[1].network, Some(Network::Allowed));
+    assert_eq!((w.nodes[2].access, w.nodes[2].network), (None, None));
+    let plain = workflow(run(&entry(
+        "    c = command(name = \"c\", argv = [\"x\"], timeout_seconds = 1, max_output_bytes = 1)\n    return workflow(name = \"w\", nodes = [c])",
+    )));
+    assert_eq!(plain.max_parallel_commands, None);
+}
+
+#[test]
+fn workflow_capacity_must_be_a_positive_integer_within_the_limit() {
+    for (value, expected) in [
+        ("0", "positive integer"),
+        ("\"4\"", "positive integer"),
+        ("1025", "at most 1024"),
+    ] {
+        let d = diagnostic(run(&entry(&format!(
+            "    c = command(name = \"c\", argv = [\"x\"], timeout_seconds = 1, max_output_bytes = 1)\n    return workflow(name = \"w\", nodes = [c], max_parallel_commands = {value})"
+        ))));
+        assert!(
+            d.message.contains("workflow(max_parallel_commands)") && d.message.contains(expected),
+            "{value}: {d:#?}"
+        );
     }
 }

@@ -6,6 +6,7 @@
 pub mod agents;
 pub mod cli;
 pub mod config;
+pub mod confinement;
 pub mod interactive;
 pub mod mcp;
 pub mod paths;

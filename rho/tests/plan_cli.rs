@@ -461,6 +461,7 @@ fn a_degraded_worker_plans_only_with_best_effort_and_every_output_warns() {
             when: None,
             allow_failure: false,
             access: None,
+            network: None,
             timeout_seconds: 60,
             max_output_bytes: 4096,
             output: None,
@@ -472,6 +473,7 @@ fn a_degraded_worker_plans_only_with_best_effort_and_every_output_warns() {
             span: None,
         }],
         exports: std::collections::BTreeMap::default(),
+        max_parallel_commands: None,
         span: None,
     };
     // A required-mode worker that reports a gap without refusing is still refused by the host.
@@ -595,6 +597,7 @@ fn degraded_plan(env: &mut Env) -> String {
             when: None,
             allow_failure: false,
             access: None,
+            network: None,
             timeout_seconds: 60,
             max_output_bytes: 4096,
             output: None,
@@ -606,6 +609,7 @@ fn degraded_plan(env: &mut Env) -> String {
             span: None,
         }],
         exports: std::collections::BTreeMap::default(),
+        max_parallel_commands: None,
         span: None,
     };
     let fake = scripted_worker(

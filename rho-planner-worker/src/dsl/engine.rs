@@ -191,6 +191,7 @@ impl<'c, 'h> Engine<'c, 'h> {
             bound_inputs: bound,
             nodes: workflow.nodes.clone(),
             exports: workflow.exports.clone(),
+            max_parallel_commands: workflow.max_parallel_commands,
             span: workflow.span.clone(),
         })
     }

@@ -38,6 +38,7 @@ pub(crate) struct WorkflowValue {
     pub(crate) name: String,
     pub(crate) nodes: Vec<EvaluatedNode>,
     pub(crate) exports: BTreeMap<String, Reference>,
+    pub(crate) max_parallel_commands: Option<u32>,
     pub(crate) span: Option<SourceSpan>,
 }
 

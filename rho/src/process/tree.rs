@@ -143,6 +143,7 @@ pub fn launch_shell(
         stdin_fd: stdin.as_raw_fd(),
         stdout_fd: out_w.as_raw_fd(),
         stderr_fd: err_w.as_raw_fd(),
+        confinement: None,
     })?;
     // Only the tree holds the write ends now: end of file means every holder is gone.
     drop((shell, dir, stdin, out_w, err_w));

@@ -583,6 +583,7 @@ pub(crate) mod tests {
             when: None,
             allow_failure: false,
             access: Access::Mutating,
+            network: rho_ipc::program::Network::Allowed,
             timeout_seconds: 60,
             max_output_bytes: 1024,
             output: None,

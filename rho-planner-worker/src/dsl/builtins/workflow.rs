@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 
 use rho_ipc::evaluated::{EvaluatedExecution, EvaluatedNode};
-use rho_ipc::program::{Access, Reference, Schema, Template, TemplatePart};
+use rho_ipc::program::{Access, Network, Reference, Schema, Template, TemplatePart};
 use starlark::environment::GlobalsBuilder;
 use starlark::eval::Evaluator;
 use starlark::starlark_module;
@@ -105,6 +105,7 @@ pub(super) fn build_node(
         when,
         allow_failure,
         access,
+        network: None,
         timeout_seconds,
         max_output_bytes,
         output,
@@ -133,15 +134,44 @@ pub(super) fn alloc_node<'v>(
     alloc(eval, ctx, Item::Node(Box::new(node)), bytes)
 }
 
-pub(super) fn reject_access(kind: &str, access: Option<Value<'_>>) -> Result<(), Fault> {
-    if access.is_some() {
-        return Err(Fault::new(
-            "invalid_access",
-            format!("{kind} nodes are always mutating; `access` is accepted only on agent nodes"),
-        ));
+/// `access = "read_only" | "mutating"` on any node; `None` (or absent) is the default.
+pub(super) fn access_of(kind: &str, access: Option<Value<'_>>) -> Result<Option<Access>, Fault> {
+    match given(access) {
+        None => Ok(None),
+        Some(v) => match v.unpack_str() {
+            Some("read_only") => Ok(Some(Access::ReadOnly)),
+            Some("mutating") => Ok(Some(Access::Mutating)),
+            _ => Err(Fault::new(
+                "invalid_access",
+                format!(
+                    "{kind}(access) must be \"read_only\" or \"mutating\", got {}",
+                    describe(v)
+                ),
+            )),
+        },
     }
-    Ok(())
 }
+
+/// `network = "none" | "allowed"` on command and shell nodes.
+pub(super) fn network_of(kind: &str, network: Option<Value<'_>>) -> Result<Option<Network>, Fault> {
+    match given(network) {
+        None => Ok(None),
+        Some(v) => match v.unpack_str() {
+            Some("none") => Ok(Some(Network::None)),
+            Some("allowed") => Ok(Some(Network::Allowed)),
+            _ => Err(Fault::new(
+                "invalid_network",
+                format!(
+                    "{kind}(network) must be \"none\" or \"allowed\", got {}",
+                    describe(v)
+                ),
+            )),
+        },
+    }
+}
+
+/// The most command and shell nodes a workflow may ask to run at once.
+const MAX_PARALLEL_COMMANDS_LIMIT: u64 = 1024;
 
 pub(super) fn make_reference<'v>(
     eval: &mut Evaluator<'v, '_, '_>,
@@ -217,11 +247,28 @@ pub(super) fn workflow_functions(builder: &mut GlobalsBuilder) {
         name: Value<'v>,
         nodes: Value<'v>,
         exports: Option<Value<'v>>,
+        #[starlark(require = named)] max_parallel_commands: Option<Value<'v>>,
         eval: &mut Evaluator<'v, '_, '_>,
     ) -> starlark::Result<Value<'v>> {
         at_site(eval, |eval, ctx| {
             let limits = ctx.limits();
             let name = expect_str(name, limits, "workflow(name)")?;
+            let max_parallel_commands = match given(max_parallel_commands) {
+                None => None,
+                Some(v) => {
+                    let n = expect_positive(v, "workflow(max_parallel_commands)")?;
+                    if n > MAX_PARALLEL_COMMANDS_LIMIT {
+                        return Err(Fault::new(
+                            "invalid_argument",
+                            format!(
+                                "workflow(max_parallel_commands) must be at most \
+                                 {MAX_PARALLEL_COMMANDS_LIMIT}, got {n}"
+                            ),
+                        ));
+                    }
+                    u32::try_from(n).ok()
+                }
+            };
             check_name("workflow", name)?;
             let items = expect_list(nodes, limits, "workflow(nodes)")?;
             Fault::check(&ctx.budgets, "node_count", items.len() as u64)?;
@@ -274,6 +321,7 @@ pub(super) fn workflow_functions(builder: &mut GlobalsBuilder) {
                 name: name.to_owned(),
                 nodes: out,
                 exports: export_map,
+                max_parallel_commands,
                 span: call_site(eval),
             };
             alloc(eval, ctx, Item::Workflow(Box::new(value)), bytes)
@@ -305,22 +353,7 @@ pub(super) fn workflow_functions(builder: &mut GlobalsBuilder) {
                 ));
             }
             let prompt = template_of(prompt, limits, "agent(prompt)")?;
-            let access = match given(access) {
-                None => None,
-                Some(v) => match v.unpack_str() {
-                    Some("read_only") => Some(Access::ReadOnly),
-                    Some("mutating") => Some(Access::Mutating),
-                    _ => {
-                        return Err(Fault::new(
-                            "invalid_access",
-                            format!(
-                                "agent(access) must be \"read_only\" or \"mutating\", got {}",
-                                describe(v)
-                            ),
-                        ));
-                    }
-                },
-            };
+            let access = access_of("agent", access)?;
             let common = Common {
                 name,
                 needs,
@@ -352,11 +385,13 @@ pub(super) fn workflow_functions(builder: &mut GlobalsBuilder) {
         timeout_seconds: Option<Value<'v>>,
         max_output_bytes: Option<Value<'v>>,
         #[starlark(require = named)] access: Option<Value<'v>>,
+        #[starlark(require = named)] network: Option<Value<'v>>,
         eval: &mut Evaluator<'v, '_, '_>,
     ) -> starlark::Result<Value<'v>> {
         at_site(eval, |eval, ctx| {
             let limits = ctx.limits();
-            reject_access("command", access)?;
+            let access = access_of("command", access)?;
+            let network = network_of("command", network)?;
             let items = expect_list(argv, limits, "command(argv)")?;
             let Some((first, rest)) = items.split_first() else {
                 return Err(Fault::new(
@@ -390,7 +425,8 @@ pub(super) fn workflow_functions(builder: &mut GlobalsBuilder) {
                 max_output_bytes,
             };
             let execution = EvaluatedExecution::Command { argv0, args, cwd };
-            let node = build_node(eval, ctx, "command", &common, None, execution)?;
+            let mut node = build_node(eval, ctx, "command", &common, access, execution)?;
+            node.network = network;
             alloc_node(eval, ctx, node)
         })
     }
@@ -410,11 +446,13 @@ pub(super) fn workflow_functions(builder: &mut GlobalsBuilder) {
         timeout_seconds: Option<Value<'v>>,
         max_output_bytes: Option<Value<'v>>,
         #[starlark(require = named)] access: Option<Value<'v>>,
+        #[starlark(require = named)] network: Option<Value<'v>>,
         eval: &mut Evaluator<'v, '_, '_>,
     ) -> starlark::Result<Value<'v>> {
         at_site(eval, |eval, ctx| {
             let limits = ctx.limits();
-            reject_access("shell", access)?;
+            let access = access_of("shell", access)?;
+            let network = network_of("shell", network)?;
             let executable = static_string(executable, limits, "shell(executable)")?;
             if executable.is_empty() {
                 return Err(Fault::new(
@@ -455,7 +493,8 @@ pub(super) fn workflow_functions(builder: &mut GlobalsBuilder) {
                 command,
                 cwd,
             };
-            let node = build_node(eval, ctx, "shell", &common, None, execution)?;
+            let mut node = build_node(eval, ctx, "shell", &common, access, execution)?;
+            node.network = network;
             alloc_node(eval, ctx, node)
         })
     }

@@ -141,6 +141,12 @@ fn label(node: &rho_ipc::program::Node, state: Option<NodeState>) -> String {
     if node.allow_failure {
         label.push_str(", allow_failure");
     }
+    if node.access == rho_ipc::program::Access::ReadOnly {
+        label.push_str(", read_only");
+    }
+    if node.network == rho_ipc::program::Network::None {
+        label.push_str(", network none");
+    }
     label.push(')');
     if let Some(state) = state {
         label.push_str(": ");

@@ -288,6 +288,7 @@ pub(super) fn start(launch: Verified, spec: CommandSpec) -> Result<Supervised, E
         stdin_fd: stdin.as_raw_fd(),
         stdout_fd: out_w.as_raw_fd(),
         stderr_fd: err_w.as_raw_fd(),
+        confinement: spec.confinement.clone(),
     };
     let started = Instant::now();
     let child = spawner::launch(request)?;

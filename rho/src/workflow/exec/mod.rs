@@ -206,6 +206,9 @@ pub struct CommandSpec {
     pub cancel: CancelToken,
     /// Time between SIGTERM and SIGKILL when the group is stopped.
     pub kill_grace: Duration,
+    /// Kernel confinement the child applies right before `execveat` (a read-only node, a
+    /// node without network); `None` runs it unconfined.
+    pub confinement: Option<Arc<crate::confinement::Confinement>>,
 }
 
 impl CommandSpec {
@@ -227,6 +230,7 @@ impl CommandSpec {
             stderr_path,
             cancel: CancelToken::new(),
             kill_grace: DEFAULT_KILL_GRACE,
+            confinement: None,
         }
     }
 }

@@ -50,6 +50,8 @@ pub(crate) struct LaunchRequest {
     pub(crate) stdin_fd: RawFd,
     pub(crate) stdout_fd: RawFd,
     pub(crate) stderr_fd: RawFd,
+    /// Applied by the child right before `execveat` (read-only access, network denial).
+    pub(crate) confinement: Option<std::sync::Arc<crate::confinement::Confinement>>,
 }
 
 /// A child that executed the sealed copy.
@@ -105,7 +107,7 @@ const CHILD_STACK_BYTES: usize = 64 * 1024;
 const GUARDIAN_SLOTS: usize = 4096;
 
 /// Steps of the child, reported when one fails.
-const STAGES: [&str; 8] = [
+const STAGES: [&str; 11] = [
     "stdio redirection",
     "setpgid",
     "(unused)",
@@ -114,6 +116,9 @@ const STAGES: [&str; 8] = [
     "fchdir to the verified directory",
     "clearing close-on-exec on the script",
     "execveat",
+    "prctl(PR_SET_NO_NEW_PRIVS) for confinement",
+    "landlock_restrict_self (read-only or network confinement)",
+    "seccomp (read-only or network confinement)",
 ];
 
 fn spawner() -> Result<&'static Spawner, ExecError> {
@@ -397,6 +402,19 @@ fn child_exec(plan: &ChildPlan<'_>) -> ! {
             && libc::fcntl(script, libc::F_SETFD, 0) < 0
         {
             child_fail(plan, 6);
+        }
+        // Last, so every step above still had its rights; the ruleset and filter descriptors
+        // are close-on-exec and the program never holds them.
+        if let Some(confinement) = &req.confinement
+            && let Err(failure) = confinement.apply_in_child()
+        {
+            *libc::__errno_location() = failure.errno;
+            let stage = match failure.step.as_bytes() {
+                b"landlock_restrict_self" => 9,
+                b"seccomp" => 10,
+                _ => 8,
+            };
+            child_fail(plan, stage);
         }
         libc::sigprocmask(
             libc::SIG_SETMASK,

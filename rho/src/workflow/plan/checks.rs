@@ -695,6 +695,7 @@ mod tests {
             when: None,
             allow_failure: false,
             access: None,
+            network: None,
             timeout_seconds: 10,
             max_output_bytes: 100,
             output: None,
@@ -718,6 +719,7 @@ mod tests {
             bound_inputs: BTreeMap::new(),
             nodes,
             exports: BTreeMap::new(),
+            max_parallel_commands: None,
             span: None,
         }
     }

@@ -15,12 +15,13 @@ use rho_ipc::evaluated::{EvaluatedExecution, EvaluatedNode, EvaluatedWorkflow};
 use rho_ipc::message::Diagnostic;
 use rho_ipc::program::{
     Access, AgentRuntime, AgentSetup, AgentSource, EnvironmentPolicy, Execution, FrozenProgram,
-    Node, PROGRAM_FORMAT_VERSION, PlannerIdentity, ROOT_SCOPE_ID, RootScope, SchedulerSettings,
-    SourceEntry, Template, TrustRequirement,
+    Network, Node, PROGRAM_FORMAT_VERSION, PlannerIdentity, ROOT_SCOPE_ID, RootScope,
+    SchedulerSettings, SourceEntry, Template, TrustRequirement,
 };
 
 use super::checks;
 use super::resolve::{ResolveError, Resolver};
+use crate::confinement::{self, ConfinementRequest, KernelSupport};
 
 /// The planner's name in every program.
 pub const PLANNER_NAME: &str = "rho-planner";
@@ -110,6 +111,49 @@ pub fn freeze(
             Err(mut d) => diagnostics.append(&mut d),
         }
     }
+    // A read-only or network-denied node is only planned where this kernel can enforce it;
+    // the runner checks again before every launch.
+    let mut kernel: Option<Result<KernelSupport, String>> = None;
+    for (frozen, node) in nodes.iter().zip(&workflow.nodes) {
+        let request = ConfinementRequest::for_node(frozen);
+        if request.is_empty() {
+            continue;
+        }
+        let support =
+            kernel.get_or_insert_with(|| KernelSupport::detect().map_err(|e| e.to_string()));
+        let refusal = match support {
+            Ok(support) => confinement::plan(request, support)
+                .err()
+                .map(|e| e.to_string()),
+            Err(e) => Some(e.clone()),
+        };
+        if let Some(why) = refusal {
+            let field = if request.read_only {
+                "access"
+            } else {
+                "network"
+            };
+            diagnostics.push(node_diag(node, field, why));
+        }
+    }
+    let mut scheduler = ctx.scheduler;
+    if let Some(commands) = workflow.max_parallel_commands {
+        if commands == 0 || commands > 1024 {
+            diagnostics.push(
+                Diagnostic::new(
+                    "invalid_argument",
+                    format!(
+                        "workflow(max_parallel_commands) must be between 1 and 1024, got {commands}"
+                    ),
+                )
+                .at(workflow.span.clone()),
+            );
+        }
+        // The workflow's own capacity wins over the configured one; the total limit grows
+        // with it, or it would silently cap what the workflow asked for.
+        scheduler.max_parallel_commands = commands;
+        scheduler.max_parallel_nodes = scheduler.max_parallel_nodes.max(commands);
+    }
     if !diagnostics.is_empty() {
         return Err(diagnostics);
     }
@@ -130,7 +174,7 @@ pub fn freeze(
         },
         agents,
         environment: ctx.environment,
-        scheduler: ctx.scheduler,
+        scheduler,
         budgets: budgets.clone(),
         sources: ctx.sources,
         trust,
@@ -277,6 +321,16 @@ fn freeze_node(
     if !diagnostics.is_empty() {
         return Err(diagnostics);
     }
+    let network = match (&node.execution, node.network) {
+        (EvaluatedExecution::Agent { .. }, Some(Network::None)) => {
+            return Err(vec![node_diag(
+                node,
+                "network",
+                "network is accepted only on command and shell nodes",
+            )]);
+        }
+        (_, network) => network.unwrap_or_default(),
+    };
     Ok(Node {
         id: node.name.clone(),
         needs: needs
@@ -286,6 +340,7 @@ fn freeze_node(
         when: node.when.clone(),
         allow_failure: node.allow_failure,
         access,
+        network,
         timeout_seconds: node.timeout_seconds,
         max_output_bytes: node.max_output_bytes,
         output: node.output.clone(),
@@ -318,16 +373,10 @@ fn is_wall_time(diagnostic: &Diagnostic) -> bool {
         .is_some_and(|b| b.name == "planner_wall_ms")
 }
 
-fn command_access(node: &EvaluatedNode, diagnostics: &mut Vec<Diagnostic>) -> Access {
-    if node.access == Some(Access::ReadOnly) {
-        diagnostics.push(node_diag(
-            node,
-            "access",
-            "access read_only is not possible on command and shell nodes: they are always mutating"
-                .to_owned(),
-        ));
-    }
-    Access::Mutating
+/// A command or shell node's access as written (mutating by default). Read-only is a
+/// kernel guarantee there, checked against this kernel after freezing.
+fn command_access(node: &EvaluatedNode, _diagnostics: &mut Vec<Diagnostic>) -> Access {
+    node.access.unwrap_or(Access::Mutating)
 }
 
 fn read_only_refusal(setup: &AgentSetup) -> String {

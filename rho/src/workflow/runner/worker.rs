@@ -24,6 +24,7 @@ use rho_policy::{CommandRequest, ExecutableIdentity, HookEventName};
 use super::agent::{AgentExecutor, AgentRequest};
 use super::authorize::{CommandAuthorizer, CountersUpdate, HookFailure, RunObserver, Verdict};
 use super::output::parse_stdout_json;
+use crate::confinement::{Confinement, ConfinementRequest, ScratchDir};
 use crate::workflow::checkout::{CheckoutError, CheckoutLock};
 use crate::workflow::exec::{self, CancelToken, CommandExit, CommandSpec, StreamArtifact};
 use crate::workflow::identity::{display_location, workspace_path};
@@ -300,15 +301,21 @@ fn run_command(
             );
         }
     };
+    // Kept until the process tree is gone, then removed with what the node left in it.
+    let (_scratch, confinement, env) = match confine(node, &shared.env) {
+        Ok(confined) => confined,
+        Err(reason) => return failed_unless_cancelled(cancel, reason),
+    };
     let mut spec = CommandSpec::new(
         argv.into_iter().map(OsString::from).collect(),
-        shared.env.as_ref().clone(),
+        env,
         timeout,
         node.max_output_bytes,
         dir.entry_path("stdout"),
         dir.entry_path("stderr"),
     );
     spec.cancel = cancel.clone();
+    spec.confinement = confinement;
     crate::workflow::crashpoint::reached("worker:spawn");
     let running = match exec::spawn(launch, spec) {
         Ok(running) => running,
@@ -384,6 +391,58 @@ fn run_command(
         }
     }
     finished
+}
+
+/// The kernel confinement of a read-only or network-denied node, its private scratch
+/// directory, and the environment with `TMPDIR` (and `TMP`/`TEMP` where set) pointing into
+/// it. Fails closed, naming what the kernel lacks, when the confinement cannot be enforced.
+fn confine(
+    node: &Node,
+    env: &[(OsString, OsString)],
+) -> Result<
+    (
+        Option<ScratchDir>,
+        Option<Arc<Confinement>>,
+        Vec<(OsString, OsString)>,
+    ),
+    String,
+> {
+    let request = ConfinementRequest::for_node(node);
+    if request.is_empty() {
+        return Ok((None, None, env.to_vec()));
+    }
+    let scratch = ScratchDir::create_in(&std::env::temp_dir())
+        .map_err(|e| format!("cannot create the node's scratch directory: {e}"))?;
+    let confinement = Confinement::for_request(request, scratch.path())
+        .map_err(|e| format!("kernel confinement refused: {}", error_chain(&e)))?;
+    if let Some(c) = &confinement {
+        tracing::debug!(node = %node.id, enforced = %c.plan().describe(), "confined node");
+    }
+    let dir = scratch.path().as_os_str();
+    let mut env: Vec<(OsString, OsString)> = env
+        .iter()
+        .map(|(name, value)| {
+            if name == "TMP" || name == "TEMP" {
+                (name.clone(), dir.to_owned())
+            } else {
+                (name.clone(), value.clone())
+            }
+        })
+        .filter(|(name, _)| name != "TMPDIR")
+        .collect();
+    env.push(("TMPDIR".into(), dir.to_owned()));
+    Ok((Some(scratch), confinement, env))
+}
+
+fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
 }
 
 /// Once the run is cancelling, an attempt that stops before its process ran ends in

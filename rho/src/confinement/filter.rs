@@ -1,0 +1,374 @@
+//! The seccomp filter of a confined process: which calls it refuses, as a pure rule map,
+//! and its compilation to BPF. Every refused call answers `EPERM`; everything else is
+//! allowed (this filter narrows, the Landlock ruleset does the rest).
+//!
+//! Invariant: the rule map is built from fixed tables and the [`FilterPlan`] alone, so the
+//! same plan always compiles to the same program.
+
+use std::collections::BTreeMap;
+
+use seccompiler::{
+    BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter,
+    SeccompRule, TargetArch,
+};
+
+use super::{ConfinementError, FilterPlan};
+
+/// `fchmodat2` (Linux 6.6), the same number on every architecture.
+const SYS_FCHMODAT2: i64 = 452;
+/// `quotactl_fd` (Linux 5.14).
+const SYS_QUOTACTL_FD: i64 = 443;
+/// `setxattrat` (Linux 6.13).
+const SYS_SETXATTRAT: i64 = 463;
+/// `removexattrat` (Linux 6.13).
+const SYS_REMOVEXATTRAT: i64 = 466;
+
+/// `FS_IOC_SETFLAGS`, its 32-bit twin, `FS_IOC_SETVERSION` and `FS_IOC_FSSETXATTR`: they
+/// change inode flags (`chattr`) through a descriptor opened only for reading.
+pub const INODE_FLAG_IOCTLS: [u64; 4] = [0x4008_6602, 0x4004_6602, 0x4008_7602, 0x401c_5820];
+
+/// `MSG_FASTOPEN`: a `sendto`/`sendmsg` that connects a TCP socket without `connect`.
+pub const MSG_FASTOPEN: u64 = 0x2000_0000;
+
+/// Calls that change file metadata (permissions, ownership, timestamps, extended
+/// attributes): Landlock has no right for them.
+pub fn metadata_calls() -> Vec<i64> {
+    let mut calls = vec![
+        libc::SYS_fchmod,
+        libc::SYS_fchmodat,
+        SYS_FCHMODAT2,
+        libc::SYS_fchown,
+        libc::SYS_fchownat,
+        libc::SYS_utimensat,
+        libc::SYS_setxattr,
+        libc::SYS_lsetxattr,
+        libc::SYS_fsetxattr,
+        SYS_SETXATTRAT,
+        libc::SYS_removexattr,
+        libc::SYS_lremovexattr,
+        libc::SYS_fremovexattr,
+        SYS_REMOVEXATTRAT,
+    ];
+    #[cfg(target_arch = "x86_64")]
+    calls.extend([
+        libc::SYS_chmod,
+        libc::SYS_chown,
+        libc::SYS_lchown,
+        libc::SYS_utime,
+        libc::SYS_utimes,
+        libc::SYS_futimesat,
+    ]);
+    calls
+}
+
+/// Calls that change the machine rather than a file.
+pub fn machine_calls() -> Vec<i64> {
+    vec![
+        libc::SYS_init_module,
+        libc::SYS_finit_module,
+        libc::SYS_delete_module,
+        libc::SYS_reboot,
+        libc::SYS_swapon,
+        libc::SYS_swapoff,
+        libc::SYS_settimeofday,
+        libc::SYS_clock_settime,
+        libc::SYS_adjtimex,
+        libc::SYS_clock_adjtime,
+        libc::SYS_sethostname,
+        libc::SYS_setdomainname,
+        libc::SYS_kexec_load,
+        libc::SYS_kexec_file_load,
+        libc::SYS_acct,
+        libc::SYS_quotactl,
+        SYS_QUOTACTL_FD,
+    ]
+}
+
+/// One condition on a 32-bit argument.
+fn condition(
+    index: u8,
+    op: SeccompCmpOp,
+    value: u64,
+) -> Result<SeccompCondition, ConfinementError> {
+    SeccompCondition::new(index, SeccompCmpArgLen::Dword, op, value).map_err(|source| {
+        ConfinementError::Filter {
+            source: source.into(),
+        }
+    })
+}
+
+fn rule(conditions: Vec<SeccompCondition>) -> Result<SeccompRule, ConfinementError> {
+    SeccompRule::new(conditions).map_err(|source| ConfinementError::Filter {
+        source: source.into(),
+    })
+}
+
+/// The refused calls: a call maps to rules that are OR'ed (an empty list refuses it
+/// unconditionally); the conditions of one rule are AND'ed.
+pub fn rule_map(plan: &FilterPlan) -> Result<BTreeMap<i64, Vec<SeccompRule>>, ConfinementError> {
+    let mut map: BTreeMap<i64, Vec<SeccompRule>> = BTreeMap::new();
+    if plan.deny_metadata {
+        for call in metadata_calls().into_iter().chain(machine_calls()) {
+            map.insert(call, Vec::new());
+        }
+        let ioctls = INODE_FLAG_IOCTLS
+            .iter()
+            .map(|&cmd| rule(vec![condition(1, SeccompCmpOp::Eq, cmd)?]))
+            .collect::<Result<Vec<_>, _>>()?;
+        map.insert(libc::SYS_ioctl, ioctls);
+    }
+    if plan.deny_sockets {
+        let unix = libc::AF_UNIX as u64;
+        let inet = libc::AF_INET as u64;
+        let inet6 = libc::AF_INET6 as u64;
+        let mut socket = Vec::new();
+        if plan.tcp_by_landlock {
+            // Any family but Unix and IP.
+            socket.push(rule(vec![
+                condition(0, SeccompCmpOp::Ne, unix)?,
+                condition(0, SeccompCmpOp::Ne, inet)?,
+                condition(0, SeccompCmpOp::Ne, inet6)?,
+            ])?);
+            // IP sockets of any type but a stream (the low four bits of the type; the
+            // high bits are SOCK_NONBLOCK and SOCK_CLOEXEC).
+            for family in [inet, inet6] {
+                for kind in 2..=15_u64 {
+                    socket.push(rule(vec![
+                        condition(0, SeccompCmpOp::Eq, family)?,
+                        condition(1, SeccompCmpOp::MaskedEq(0xf), kind)?,
+                    ])?);
+                }
+                // A stream with a protocol other than 0 or TCP (SCTP, MPTCP).
+                socket.push(rule(vec![
+                    condition(0, SeccompCmpOp::Eq, family)?,
+                    condition(2, SeccompCmpOp::Ne, 0)?,
+                    condition(2, SeccompCmpOp::Ne, libc::IPPROTO_TCP as u64)?,
+                ])?);
+            }
+            // TCP Fast Open connects inside a send, where Landlock's connect check is not.
+            for (call, flags_index) in [
+                (libc::SYS_sendto, 3),
+                (libc::SYS_sendmsg, 2),
+                (libc::SYS_sendmmsg, 3),
+            ] {
+                map.insert(
+                    call,
+                    vec![rule(vec![condition(
+                        flags_index,
+                        SeccompCmpOp::MaskedEq(MSG_FASTOPEN),
+                        MSG_FASTOPEN,
+                    )?])?],
+                );
+            }
+        } else {
+            socket.push(rule(vec![condition(0, SeccompCmpOp::Ne, unix)?])?);
+        }
+        map.insert(libc::SYS_socket, socket);
+        // io_uring can create and connect sockets without a system call seccomp sees.
+        map.insert(libc::SYS_io_uring_setup, Vec::new());
+    }
+    Ok(map)
+}
+
+/// The architecture of this build, or `None` where no syscall table is known (the filter
+/// then cannot be built and confinement fails closed).
+pub fn target_arch() -> Option<TargetArch> {
+    if cfg!(target_arch = "x86_64") {
+        Some(TargetArch::x86_64)
+    } else if cfg!(target_arch = "aarch64") {
+        Some(TargetArch::aarch64)
+    } else {
+        None
+    }
+}
+
+/// Compiles the filter: refused calls answer `EPERM`, all others are allowed.
+pub fn compile(plan: &FilterPlan) -> Result<BpfProgram, ConfinementError> {
+    let arch = target_arch().ok_or_else(|| ConfinementError::Unsupported {
+        what: "kernel confinement",
+        reason: format!("no seccomp syscall table for {}", std::env::consts::ARCH),
+    })?;
+    let filter = SeccompFilter::new(
+        rule_map(plan)?,
+        SeccompAction::Allow,
+        #[allow(clippy::cast_sign_loss)]
+        SeccompAction::Errno(libc::EPERM as u32),
+        arch,
+    )
+    .map_err(|source| ConfinementError::Filter {
+        source: source.into(),
+    })?;
+    BpfProgram::try_from(filter).map_err(|source| ConfinementError::Filter {
+        source: source.into(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const RET_ALLOW: u32 = 0x7fff_0000;
+    #[allow(clippy::cast_sign_loss)]
+    const RET_EPERM: u32 = 0x0005_0000 | libc::EPERM as u32;
+
+    /// Runs a classic BPF program (the subset seccompiler emits) on a `seccomp_data`.
+    fn run(program: &BpfProgram, nr: i64, args: [u64; 6]) -> u32 {
+        let arch: u32 = if cfg!(target_arch = "x86_64") {
+            0xc000_003e
+        } else {
+            0xc000_00b7
+        };
+        let mut data = Vec::with_capacity(64);
+        data.extend_from_slice(&i32::try_from(nr).unwrap().to_ne_bytes());
+        data.extend_from_slice(&arch.to_ne_bytes());
+        data.extend_from_slice(&0_u64.to_ne_bytes());
+        for arg in args {
+            data.extend_from_slice(&arg.to_ne_bytes());
+        }
+        let mut acc: u32 = 0;
+        let mut pc = 0_usize;
+        loop {
+            let insn = &program[pc];
+            pc += 1;
+            let k = insn.k;
+            match insn.code {
+                0x20 => {
+                    let at = usize::try_from(k).unwrap();
+                    acc = u32::from_ne_bytes(data[at..at + 4].try_into().unwrap());
+                }
+                0x54 => acc &= k,
+                0x05 => pc += usize::try_from(k).unwrap(),
+                0x06 => return k,
+                code => {
+                    let taken = match code {
+                        0x15 => acc == k,
+                        0x25 => acc > k,
+                        0x35 => acc >= k,
+                        0x45 => acc & k != 0,
+                        other => panic!("unexpected BPF opcode {other:#x}"),
+                    };
+                    pc += usize::from(if taken { insn.jt } else { insn.jf });
+                }
+            }
+        }
+    }
+
+    fn read_only() -> BpfProgram {
+        compile(&FilterPlan {
+            deny_metadata: true,
+            ..FilterPlan::default()
+        })
+        .unwrap()
+    }
+
+    fn no_network(tcp_by_landlock: bool) -> BpfProgram {
+        compile(&FilterPlan {
+            deny_sockets: true,
+            tcp_by_landlock,
+            ..FilterPlan::default()
+        })
+        .unwrap()
+    }
+
+    #[test]
+    fn read_only_refuses_metadata_changes_and_allows_io() {
+        let p = read_only();
+        assert_eq!(run(&p, libc::SYS_fchmodat, [0; 6]), RET_EPERM);
+        assert_eq!(run(&p, libc::SYS_fchmod, [3, 0o777, 0, 0, 0, 0]), RET_EPERM);
+        assert_eq!(run(&p, libc::SYS_utimensat, [0; 6]), RET_EPERM);
+        assert_eq!(run(&p, libc::SYS_fsetxattr, [0; 6]), RET_EPERM);
+        assert_eq!(run(&p, libc::SYS_finit_module, [0; 6]), RET_EPERM);
+        assert_eq!(run(&p, libc::SYS_read, [0; 6]), RET_ALLOW);
+        assert_eq!(run(&p, libc::SYS_write, [1, 0, 0, 0, 0, 0]), RET_ALLOW);
+        assert_eq!(run(&p, libc::SYS_openat, [0; 6]), RET_ALLOW);
+        assert_eq!(run(&p, libc::SYS_socket, [2, 1, 0, 0, 0, 0]), RET_ALLOW);
+    }
+
+    #[test]
+    fn read_only_refuses_only_the_inode_flag_ioctls() {
+        let p = read_only();
+        for cmd in INODE_FLAG_IOCTLS {
+            assert_eq!(run(&p, libc::SYS_ioctl, [3, cmd, 0, 0, 0, 0]), RET_EPERM);
+        }
+        // TCGETS, FIONREAD: terminals and pipes keep working.
+        assert_eq!(run(&p, libc::SYS_ioctl, [1, 0x5401, 0, 0, 0, 0]), RET_ALLOW);
+        assert_eq!(run(&p, libc::SYS_ioctl, [1, 0x541b, 0, 0, 0, 0]), RET_ALLOW);
+    }
+
+    #[test]
+    fn no_network_with_landlock_tcp_refuses_everything_but_unix_and_tcp_streams() {
+        let p = no_network(true);
+        let inet = libc::AF_INET as u64;
+        let inet6 = libc::AF_INET6 as u64;
+        let stream = libc::SOCK_STREAM as u64;
+        let cloexec = libc::SOCK_CLOEXEC as u64 | libc::SOCK_NONBLOCK as u64;
+        let dgram = libc::SOCK_DGRAM as u64;
+        let raw = libc::SOCK_RAW as u64;
+        let socket = |family: u64, kind: u64, proto: u64| {
+            run(&p, libc::SYS_socket, [family, kind, proto, 0, 0, 0])
+        };
+        assert_eq!(socket(libc::AF_UNIX as u64, stream, 0), RET_ALLOW);
+        assert_eq!(socket(libc::AF_UNIX as u64, dgram, 0), RET_ALLOW);
+        assert_eq!(socket(inet, stream | cloexec, 0), RET_ALLOW);
+        assert_eq!(socket(inet6, stream, libc::IPPROTO_TCP as u64), RET_ALLOW);
+        assert_eq!(socket(inet, dgram, 0), RET_EPERM);
+        assert_eq!(socket(inet6, dgram | cloexec, 0), RET_EPERM);
+        assert_eq!(socket(inet, raw, 1), RET_EPERM);
+        assert_eq!(socket(inet, stream, 132), RET_EPERM, "SCTP");
+        assert_eq!(socket(libc::AF_PACKET as u64, raw, 0), RET_EPERM);
+        assert_eq!(socket(libc::AF_NETLINK as u64, raw, 0), RET_EPERM);
+        assert_eq!(
+            run(&p, libc::SYS_sendto, [3, 0, 0, MSG_FASTOPEN, 0, 0]),
+            RET_EPERM
+        );
+        assert_eq!(run(&p, libc::SYS_sendto, [3, 0, 0, 0x40, 0, 0]), RET_ALLOW);
+        assert_eq!(
+            run(&p, libc::SYS_sendmsg, [3, 0, MSG_FASTOPEN, 0, 0, 0]),
+            RET_EPERM
+        );
+        assert_eq!(run(&p, libc::SYS_io_uring_setup, [0; 6]), RET_EPERM);
+        assert_eq!(run(&p, libc::SYS_fchmodat, [0; 6]), RET_ALLOW);
+    }
+
+    #[test]
+    fn no_network_without_landlock_refuses_every_ip_socket() {
+        let p = no_network(false);
+        let stream = libc::SOCK_STREAM as u64;
+        assert_eq!(
+            run(
+                &p,
+                libc::SYS_socket,
+                [libc::AF_INET as u64, stream, 0, 0, 0, 0]
+            ),
+            RET_EPERM
+        );
+        assert_eq!(
+            run(
+                &p,
+                libc::SYS_socket,
+                [libc::AF_INET6 as u64, stream, 0, 0, 0, 0]
+            ),
+            RET_EPERM
+        );
+        assert_eq!(
+            run(
+                &p,
+                libc::SYS_socket,
+                [libc::AF_UNIX as u64, stream, 0, 0, 0, 0]
+            ),
+            RET_ALLOW
+        );
+    }
+
+    #[test]
+    fn the_same_plan_compiles_to_the_same_program() {
+        let a = no_network(true);
+        let b = no_network(true);
+        assert_eq!(a.len(), b.len());
+        assert!(
+            a.iter()
+                .zip(&b)
+                .all(|(x, y)| (x.code, x.jt, x.jf, x.k) == (y.code, y.jt, y.jf, y.k))
+        );
+    }
+}
