@@ -90,11 +90,11 @@ fn tree_digest(root: &Path) -> String {
     }
     let mut hasher = Sha256::new();
     walk(root, "", &mut hasher);
-    hasher
-        .finalize()
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    hasher.finalize().iter().fold(String::new(), |mut out, b| {
+        use std::fmt::Write as _;
+        let _ = write!(out, "{b:02x}");
+        out
+    })
 }
 
 fn sh(script: &str) -> String {

@@ -207,11 +207,11 @@ impl ConfinementRequest {
     }
 
     /// Nothing to enforce.
-    pub fn is_empty(&self) -> bool {
+    pub fn is_empty(self) -> bool {
         !self.read_only && !self.deny_network
     }
 
-    fn what(&self) -> &'static str {
+    fn what(self) -> &'static str {
         if self.read_only {
             "access = \"read_only\""
         } else {

@@ -393,20 +393,17 @@ fn run_command(
     finished
 }
 
+/// A node's scratch directory, confinement and environment (see [`confine`]).
+type Confined = (
+    Option<ScratchDir>,
+    Option<Arc<Confinement>>,
+    Vec<(OsString, OsString)>,
+);
+
 /// The kernel confinement of a read-only or network-denied node, its private scratch
 /// directory, and the environment with `TMPDIR` (and `TMP`/`TEMP` where set) pointing into
 /// it. Fails closed, naming what the kernel lacks, when the confinement cannot be enforced.
-fn confine(
-    node: &Node,
-    env: &[(OsString, OsString)],
-) -> Result<
-    (
-        Option<ScratchDir>,
-        Option<Arc<Confinement>>,
-        Vec<(OsString, OsString)>,
-    ),
-    String,
-> {
+fn confine(node: &Node, env: &[(OsString, OsString)]) -> Result<Confined, String> {
     let request = ConfinementRequest::for_node(node);
     if request.is_empty() {
         return Ok((None, None, env.to_vec()));
