@@ -49,6 +49,7 @@ pub mod bash;
 pub mod context;
 pub mod edit_file;
 pub mod error;
+pub mod process;
 pub mod summary;
 pub mod workflow;
 pub mod workspace;
