@@ -71,6 +71,7 @@ fn scenario(env: &Env, python: &Path, name: &str) -> String {
         .current_dir(&env.ws)
         .env_clear()
         .env("RHO_MCP_COMMAND", command)
+        .env("RHO_EXPECT_PROCESS_TOOL", "1")
         .env("RHO_HOME", &env.home)
         .env("HOME", env.home.parent().unwrap())
         .env("PATH", "/usr/bin:/bin")

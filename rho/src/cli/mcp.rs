@@ -16,6 +16,8 @@ use crate::paths::{self, RhoHome};
 use crate::permissions::{
     HostAuthorizer, PermissionArgs, SharedHostAuthorizer, select_process_mode,
 };
+use crate::process::{ProcessConfig, ProcessManager};
+use crate::tools::process::ProcessTool;
 use crate::tools::workflow::WorkflowTool;
 use crate::tools::{ToolContext, ToolHost as _, ToolRegistry};
 use crate::workflow::plan::error_chain;
@@ -58,8 +60,13 @@ pub fn run_mcp(args: &McpArgs, session: &super::session_args::SessionArgs) -> Cl
     // The terminal (if any) belongs to the protocol: people are asked through the client.
     authorizer.set_responder(host.approval_responder());
     let workflow = WorkflowTool::from_env();
+    // Background processes live as long as this server: closing stdin stops every tree.
+    let processes =
+        ProcessManager::new(ProcessConfig::new(&workspace, &config.environment.exclude))
+            .map_err(|e| CliError::operational(format!("cannot start the process manager: {e}")))?;
     let registry = ToolRegistry::builder()
         .with(workflow.clone())
+        .with(ProcessTool::new(processes.clone()))
         .build()
         .map_err(|e| CliError::operational(e.to_string()))?;
     let ctx = ToolContext::new(
@@ -74,6 +81,7 @@ pub fn run_mcp(args: &McpArgs, session: &super::session_args::SessionArgs) -> Cl
     let server = McpServer::new(Arc::new(registry), ctx, host);
     let served = runtime.block_on(server.serve_stdio());
     // Stdin closed (or the session failed): stop what this server started.
+    processes.shutdown();
     workflow.shutdown(&home);
     runtime.shutdown_timeout(std::time::Duration::from_secs(2));
     served?;
