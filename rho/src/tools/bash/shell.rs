@@ -347,7 +347,9 @@ mod tests {
 
     #[test]
     fn a_process_that_leaves_the_group_cannot_hang_the_call() {
-        let out = run("setsid sleep 5 & echo hi", Duration::from_secs(30));
+        // The pause lets the background child leave the group before the leader exits;
+        // without it, a child still in the group is killed with it and nothing holds the pipe.
+        let out = run("setsid sleep 5 & sleep 1; echo hi", Duration::from_secs(30));
         assert_eq!(out.end, ShellEnd::Exited(0));
         assert!(out.pipe_held);
         assert!(out.elapsed < Duration::from_secs(4));
