@@ -118,6 +118,29 @@ pub enum SandboxMode {
     BestEffort,
 }
 
+impl SandboxMode {
+    /// The mode's name as written on the worker's command line and in `RHO_PLANNER_SANDBOX`.
+    pub fn name(self) -> &'static str {
+        match self {
+            SandboxMode::Required => "required",
+            SandboxMode::BestEffort => "best-effort",
+        }
+    }
+}
+
+/// The stable protection names, in the order the worker applies and reports them. A report
+/// lists each exactly once; the host refuses one that omits, repeats or invents a name.
+pub const PROTECTIONS: [&str; 8] = [
+    "parent_death_signal",
+    "close_fds",
+    "empty_environment",
+    "rlimits",
+    "no_new_privs",
+    "capabilities",
+    "landlock",
+    "seccomp",
+];
+
 /// One protection and whether it holds.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -152,6 +175,45 @@ impl HardeningReport {
             .filter(|p| !p.applied)
             .map(|p| p.name.as_str())
             .collect()
+    }
+
+    /// Checks that the report describes a worker started in `requested` mode and lists every
+    /// protection of [`PROTECTIONS`] exactly once, and nothing else. `Err` says what is wrong.
+    ///
+    /// A report that leaves a protection out would otherwise read as "nothing missing".
+    pub fn check_complete(&self, requested: SandboxMode) -> Result<(), String> {
+        if self.mode != requested {
+            return Err(format!(
+                "the worker reports sandbox mode `{}`, but `{}` was requested",
+                self.mode.name(),
+                requested.name()
+            ));
+        }
+        let mut problems = Vec::new();
+        for expected in PROTECTIONS {
+            match self
+                .protections
+                .iter()
+                .filter(|p| p.name == expected)
+                .count()
+            {
+                1 => {}
+                0 => problems.push(format!("`{expected}` is not listed")),
+                n => problems.push(format!("`{expected}` is listed {n} times")),
+            }
+        }
+        for unknown in self
+            .protections
+            .iter()
+            .filter(|p| !PROTECTIONS.contains(&p.name.as_str()))
+        {
+            problems.push(format!("`{}` is not a known protection", unknown.name));
+        }
+        if problems.is_empty() {
+            Ok(())
+        } else {
+            Err(format!("incomplete report: {}", problems.join(", ")))
+        }
     }
 }
 
@@ -340,6 +402,72 @@ mod tests {
         });
         let err = read_envelope::<_, HostMessage>(&mut bytes.as_slice()).unwrap_err();
         assert!(matches!(err, FrameError::Payload(_)), "{err:?}");
+    }
+
+    fn full_report(mode: SandboxMode) -> HardeningReport {
+        HardeningReport {
+            mode,
+            protections: PROTECTIONS
+                .iter()
+                .map(|name| ProtectionStatus {
+                    name: (*name).to_owned(),
+                    applied: true,
+                    detail: String::new(),
+                })
+                .collect(),
+            refused: None,
+        }
+    }
+
+    #[test]
+    fn a_complete_report_of_the_requested_mode_is_accepted() {
+        assert_eq!(
+            full_report(SandboxMode::Required).check_complete(SandboxMode::Required),
+            Ok(())
+        );
+        let best = full_report(SandboxMode::BestEffort);
+        assert_eq!(best.check_complete(SandboxMode::BestEffort), Ok(()));
+    }
+
+    #[test]
+    fn a_report_of_another_mode_is_refused() {
+        let report = full_report(SandboxMode::BestEffort);
+        let problem = report.check_complete(SandboxMode::Required).unwrap_err();
+        assert!(
+            problem.contains("`best-effort`") && problem.contains("`required` was requested"),
+            "{problem}"
+        );
+    }
+
+    #[test]
+    fn a_missing_repeated_or_unknown_protection_is_refused() {
+        let mut report = full_report(SandboxMode::Required);
+        report.protections.retain(|p| p.name != "landlock");
+        let problem = report.check_complete(SandboxMode::Required).unwrap_err();
+        assert_eq!(problem, "incomplete report: `landlock` is not listed");
+
+        let mut report = full_report(SandboxMode::Required);
+        let seccomp = report.protections.last().unwrap().clone();
+        report.protections.push(seccomp);
+        report.protections.push(ProtectionStatus {
+            name: "luck".to_owned(),
+            applied: true,
+            detail: String::new(),
+        });
+        let problem = report.check_complete(SandboxMode::Required).unwrap_err();
+        assert!(problem.contains("`seccomp` is listed 2 times"), "{problem}");
+        assert!(
+            problem.contains("`luck` is not a known protection"),
+            "{problem}"
+        );
+
+        let empty = HardeningReport {
+            mode: SandboxMode::Required,
+            protections: Vec::new(),
+            refused: None,
+        };
+        let problem = empty.check_complete(SandboxMode::Required).unwrap_err();
+        assert_eq!(problem.matches("is not listed").count(), PROTECTIONS.len());
     }
 
     #[test]

@@ -406,11 +406,12 @@ fn report(
     };
     rho_ipc::message::HardeningReport {
         mode,
-        protections: vec![
-            status("no_new_privs", true),
-            status("landlock", false),
-            status("seccomp", true),
-        ],
+        // Every protection is listed (the host refuses a report that omits one); only
+        // Landlock is missing.
+        protections: rho_ipc::message::PROTECTIONS
+            .iter()
+            .map(|name| status(name, *name != "landlock"))
+            .collect(),
         refused: refused.map(str::to_owned),
     }
 }
@@ -778,4 +779,94 @@ fn input_depth_overrun_names_the_input() {
         "{}",
         run.stderr
     );
+}
+
+/// A fake worker that sends `report` as its hardening report (a real frame), then waits to
+/// be sent a request it must never receive: it records anything it reads in `stdin.log`.
+fn reporting_worker(env: &mut Env, report: &rho_ipc::message::HardeningReport) {
+    use rho_ipc::message::{Envelope, WorkerMessage};
+    let mut frame = Vec::new();
+    rho_ipc::frame::write_message(
+        &mut frame,
+        &Envelope::new(WorkerMessage::Hardening(report.clone())),
+    )
+    .unwrap();
+    let bytes = env.ws.join("report.bin");
+    std::fs::write(&bytes, frame).unwrap();
+    let log = env.ws.join("stdin.log");
+    let fake = env.write(
+        "fake-worker.sh",
+        &format!(
+            "#!/bin/sh\ncat '{}'\ncat > '{}'\n",
+            bytes.display(),
+            log.display()
+        ),
+    );
+    std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
+    env.vars
+        .push(("RHO_PLANNER_WORKER".to_owned(), fake.display().to_string()));
+}
+
+fn report_of(
+    mode: rho_ipc::message::SandboxMode,
+    names: &[&str],
+) -> rho_ipc::message::HardeningReport {
+    rho_ipc::message::HardeningReport {
+        mode,
+        protections: names
+            .iter()
+            .map(|name| rho_ipc::message::ProtectionStatus {
+                name: (*name).to_owned(),
+                applied: true,
+                detail: "applied".to_owned(),
+            })
+            .collect(),
+        refused: None,
+    }
+}
+
+#[test]
+fn a_hardening_report_without_every_protection_is_refused() {
+    use rho_ipc::message::{PROTECTIONS, SandboxMode};
+    let mut env = Env::new();
+    env.write("w.star", &workflow(&[cmd("a", "[\"true\"]", "")], ""));
+    // Every protection "applied", but Landlock is simply not mentioned.
+    let names: Vec<&str> = PROTECTIONS
+        .iter()
+        .copied()
+        .filter(|n| *n != "landlock")
+        .collect();
+    reporting_worker(&mut env, &report_of(SandboxMode::Required, &names));
+    let run = env.rho(&["workflow", "plan", "w.star"]);
+    assert_eq!(run.code, 1, "{}", run.stderr);
+    assert!(
+        run.stderr.contains(
+            "planner worker's hardening report refused: incomplete report: `landlock` is not \
+             listed"
+        ),
+        "{}",
+        run.stderr
+    );
+    let sent = std::fs::read(env.ws.join("stdin.log")).unwrap_or_default();
+    assert!(sent.is_empty(), "the host sent {} bytes", sent.len());
+    assert!(!env.home.exists(), "a refused report stored something");
+}
+
+#[test]
+fn a_hardening_report_of_another_sandbox_mode_is_refused() {
+    use rho_ipc::message::{PROTECTIONS, SandboxMode};
+    let mut env = Env::new();
+    env.write("w.star", &workflow(&[cmd("a", "[\"true\"]", "")], ""));
+    reporting_worker(&mut env, &report_of(SandboxMode::BestEffort, &PROTECTIONS));
+    let run = env.rho(&["workflow", "validate", "w.star"]);
+    assert_eq!(run.code, 1, "{}", run.stderr);
+    assert!(
+        run.stderr.contains(
+            "the worker reports sandbox mode `best-effort`, but `required` was requested"
+        ),
+        "{}",
+        run.stderr
+    );
+    let sent = std::fs::read(env.ws.join("stdin.log")).unwrap_or_default();
+    assert!(sent.is_empty(), "the host sent {} bytes", sent.len());
 }

@@ -23,17 +23,9 @@ use rho_ipc::budget::Budgets;
 use rho_ipc::message::{HardeningReport, ProtectionStatus, SandboxMode};
 
 /// The stable protection names, in the order [`harden`] applies and reports them. The host
-/// (`rho doctor`, the plan manifest) shows each as applied or missing under these names.
-pub const PROTECTIONS: [&str; 8] = [
-    "parent_death_signal",
-    "close_fds",
-    "empty_environment",
-    "rlimits",
-    "no_new_privs",
-    "capabilities",
-    "landlock",
-    "seccomp",
-];
+/// (`rho doctor`, the plan manifest) shows each as applied or missing under these names, and
+/// refuses a report that does not list every one of them.
+pub use rho_ipc::message::PROTECTIONS;
 
 /// Seconds of CPU time granted beyond the wall-time budget before the kernel stops the
 /// worker; the host's wall-time kill is the real bound, this only backs it up.
@@ -244,8 +236,9 @@ fn positive(argument: &str, value: &str) -> Result<u64, SandboxError> {
 pub fn harden(mode: SandboxMode, options: &HardeningOptions) -> HardeningReport {
     // Landlock and seccomp bind only the calling thread (no TSYNC): count threads while
     // /proc is still reachable. std starts none before `main`, and `main` calls us first.
+    // An unreadable count is not "one thread": fail closed and leave both unapplied.
     let threads = thread_count();
-    let single_threaded = threads.is_none_or(|count| count == 1);
+    let single_threaded = matches!(threads, Ok(1));
 
     let mut protections = Vec::with_capacity(PROTECTIONS.len());
     let mut hard_refusals = Vec::new();
@@ -264,7 +257,7 @@ pub fn harden(mode: SandboxMode, options: &HardeningOptions) -> HardeningReport 
     let landlock = if single_threaded {
         landlock::enforce(options.required_landlock_abi)
     } else {
-        Err(more_threads("landlock", threads))
+        Err(more_threads("landlock", &threads))
     };
     if let (Some(abi), Err(error)) = (options.required_landlock_abi, &landlock) {
         hard_refusals.push(format!("landlock (ABI {abi} required): {}", error.chain()));
@@ -274,7 +267,7 @@ pub fn harden(mode: SandboxMode, options: &HardeningOptions) -> HardeningReport 
     let seccomp = if single_threaded {
         seccomp::install()
     } else {
-        Err(more_threads("seccomp", threads))
+        Err(more_threads("seccomp", &threads))
     };
     protections.push(status("seccomp", seccomp));
 
@@ -328,13 +321,19 @@ fn status(name: &str, result: Result<String, SandboxError>) -> ProtectionStatus 
     }
 }
 
-fn more_threads(protection: &'static str, threads: Option<u64>) -> SandboxError {
+fn more_threads(protection: &'static str, threads: &Result<u64, String>) -> SandboxError {
+    let observed = match threads {
+        Ok(count) => format!(
+            "the process has {count} threads and the filter would bind only the calling one"
+        ),
+        Err(why) => format!(
+            "cannot tell whether the process is single-threaded ({why}), and the filter would \
+             bind only the calling thread"
+        ),
+    };
     SandboxError::NotInForce {
         protection,
-        observed: format!(
-            "the process has {} threads and the filter would bind only the calling one",
-            threads.unwrap_or(0)
-        ),
+        observed,
     }
 }
 
@@ -355,14 +354,25 @@ fn check_environment() -> Result<String, SandboxError> {
     }
 }
 
-/// Threads of this process according to `/proc/self/stat` (field 20), or `None` when
-/// `/proc` is not mounted.
-fn thread_count() -> Option<u64> {
-    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+/// Threads of this process according to `/proc/self/stat` (field 20); `Err` says why the
+/// count is unknown (`/proc` not mounted, an unexpected format).
+fn thread_count() -> Result<u64, String> {
+    let stat = std::fs::read_to_string("/proc/self/stat")
+        .map_err(|e| format!("cannot read /proc/self/stat: {e}"))?;
+    parse_thread_count(&stat)
+}
+
+/// Field 20 (`num_threads`) of a `/proc/<pid>/stat` line.
+fn parse_thread_count(stat: &str) -> Result<u64, String> {
     // The command name (field 2) may contain spaces and parentheses; fields after the last
     // `)` are plain numbers, starting with field 3 (state).
-    let after_name = &stat[stat.rfind(')')? + 1..];
-    after_name.split_whitespace().nth(17)?.parse().ok()
+    let malformed = || format!("/proc/self/stat has no thread count: {stat:?}");
+    let after_name = &stat[stat.rfind(')').ok_or_else(malformed)? + 1..];
+    after_name
+        .split_whitespace()
+        .nth(17)
+        .and_then(|field| field.parse().ok())
+        .ok_or_else(malformed)
 }
 
 #[cfg(test)]
@@ -434,6 +444,26 @@ mod tests {
         assert!(reason.contains("landlock: landlock detail"), "{reason}");
         assert!(!reason.contains("rlimits"), "{reason}");
         assert_eq!(refusal(SandboxMode::BestEffort, &list, Vec::new()), None);
+    }
+
+    #[test]
+    fn thread_count_reads_field_20_and_refuses_anything_else() {
+        let line = "42 (a (weird) name) S 1 42 42 0 -1 4194560 100 0 0 0 0 0 0 0 20 0 3 0 9";
+        assert_eq!(parse_thread_count(line), Ok(3));
+        assert!(parse_thread_count("").is_err());
+        assert!(parse_thread_count("42 (name) S 1 2").is_err());
+        assert!(parse_thread_count("42 (name) S 1 42 42 0 -1 4 1 0 0 0 0 0 0 0 20 0 x 0").is_err());
+    }
+
+    #[test]
+    fn an_unknown_thread_count_leaves_the_filters_unapplied() {
+        let error = more_threads("seccomp", &Err("cannot read /proc/self/stat".to_owned()));
+        let text = error.to_string();
+        assert!(
+            text.contains("cannot tell whether the process is single-threaded"),
+            "{text}"
+        );
+        assert!(!status("seccomp", Err(error)).applied);
     }
 
     #[test]

@@ -102,6 +102,24 @@ pub enum WorkerError {
         /// The last lines the worker wrote on stderr.
         stderr_tail: Vec<String>,
     },
+    /// The worker's hardening report does not describe the worker that was asked for: a
+    /// protection is not listed (or listed twice, or unknown), or its sandbox mode is not the
+    /// requested one. Nothing is sent to such a worker.
+    #[error("planner worker's hardening report refused: {problem}")]
+    BadReport {
+        /// What is wrong with the report.
+        problem: String,
+    },
+    /// A host thread that guards the conversation (the wall-time watchdog or the stderr
+    /// drain) could not be started; the worker was killed rather than run unguarded.
+    #[error("cannot start the planner's {thread} thread")]
+    Thread {
+        /// `watchdog` or `stderr drain`.
+        thread: &'static str,
+        /// The underlying error.
+        #[source]
+        source: io::Error,
+    },
     /// The worker broke the conversation's rules.
     #[error("planner worker protocol error: {problem}")]
     Protocol {
@@ -195,7 +213,9 @@ struct Watchdog {
 }
 
 impl Watchdog {
-    fn start(pgid: Pid, budget: Duration) -> Self {
+    /// Starts the watchdog thread; `Err` when it cannot be started (the caller must not run
+    /// the worker without it: nothing else bounds its wall time).
+    fn start(pgid: Pid, budget: Duration) -> io::Result<Self> {
         let (stop, stopped) = mpsc::channel::<()>();
         let fired = Arc::new(AtomicBool::new(false));
         let flag = Arc::clone(&fired);
@@ -206,13 +226,12 @@ impl Watchdog {
                     flag.store(true, Ordering::SeqCst);
                     let _ = killpg(pgid, Signal::SIGKILL);
                 }
-            })
-            .ok();
-        Self {
+            })?;
+        Ok(Self {
             stop: Some(stop),
             fired,
-            thread,
-        }
+            thread: Some(thread),
+        })
     }
 
     fn fired(&self) -> bool {
@@ -268,20 +287,45 @@ impl Conversation {
                 source,
             })?;
         let pgid = Pid::from_raw(i32::try_from(child.id()).unwrap_or(i32::MAX));
-        let watchdog = Watchdog::start(pgid, Duration::from_millis(command.wall_ms));
+        let abandon = |child: &mut Child| {
+            let _ = killpg(pgid, Signal::SIGKILL);
+            let _ = child.wait();
+        };
+        let mut watchdog = match Watchdog::start(pgid, Duration::from_millis(command.wall_ms)) {
+            Ok(watchdog) => watchdog,
+            Err(source) => {
+                abandon(&mut child);
+                return Err(WorkerError::Thread {
+                    thread: "watchdog",
+                    source,
+                });
+            }
+        };
         let (Some(stdin), Some(stdout), Some(stderr)) =
             (child.stdin.take(), child.stdout.take(), child.stderr.take())
         else {
-            let _ = killpg(pgid, Signal::SIGKILL);
-            let _ = child.wait();
+            abandon(&mut child);
+            watchdog.disarm();
             return Err(WorkerError::Protocol {
                 problem: "worker pipes unavailable".to_owned(),
             });
         };
-        let stderr = std::thread::Builder::new()
+        // Without the drain, a worker that fills the stderr pipe blocks and its failure
+        // could not be explained: refuse to go on rather than lose it.
+        let stderr = match std::thread::Builder::new()
             .name("planner-stderr".to_owned())
             .spawn(move || drain_tail(stderr))
-            .ok();
+        {
+            Ok(handle) => Some(handle),
+            Err(source) => {
+                abandon(&mut child);
+                watchdog.disarm();
+                return Err(WorkerError::Thread {
+                    thread: "stderr drain",
+                    source,
+                });
+            }
+        };
         let mut conversation = Self {
             child,
             pgid,
@@ -301,6 +345,12 @@ impl Conversation {
                 return Err(conversation.fail_protocol(problem));
             }
         };
+        // A report that leaves a protection out would read as "nothing missing", and one of
+        // another mode would hide a downgrade: refuse both before anything is sent.
+        if let Err(problem) = report.check_complete(command.mode) {
+            conversation.shutdown();
+            return Err(WorkerError::BadReport { problem });
+        }
         if let Some(reason) = &report.refused {
             let missing = report.missing().into_iter().map(str::to_owned).collect();
             let reason = reason.clone();
