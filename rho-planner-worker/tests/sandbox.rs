@@ -2,7 +2,8 @@
 //! environment and piped stdio, reads its hardening report, inspects it from outside
 //! (`/proc/<pid>`) and asks it to attempt forbidden operations.
 //!
-//! Tests skip, with a printed reason, only when the kernel lacks Landlock.
+//! Tests skip, with a printed reason, only when the kernel lacks Landlock, and fail instead
+//! when `CI` or `RHO_REQUIRE_SANDBOX=1` is set.
 #![allow(unsafe_code)]
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
@@ -97,23 +98,31 @@ impl Worker {
     }
 }
 
-/// `true` when the kernel has the Landlock ABI a required-mode worker needs; otherwise
-/// prints why the calling test is skipped.
+/// Whether a missing kernel feature must fail the test instead of skipping it: `CI` is set
+/// or `RHO_REQUIRE_SANDBOX=1` (as `.ci/run` does).
+fn sandbox_required() -> bool {
+    std::env::var_os("CI").is_some_and(|v| !v.is_empty())
+        || std::env::var_os("RHO_REQUIRE_SANDBOX").is_some_and(|v| v == "1")
+}
+
+/// `true` when the kernel has the Landlock ABI a required-mode worker needs; otherwise the
+/// calling test fails where the sandbox is required, and elsewhere prints loudly why it is
+/// skipped.
 fn landlock_available(test: &str) -> bool {
-    match landlock::kernel_abi() {
-        Ok(abi) if abi >= landlock::DEFAULT_MINIMUM_ABI => true,
-        Ok(abi) => {
-            eprintln!(
-                "skipping {test}: kernel Landlock ABI {abi} is below the required {}",
-                landlock::DEFAULT_MINIMUM_ABI
-            );
-            false
-        }
-        Err(error) => {
-            eprintln!("skipping {test}: the kernel has no Landlock ({error})");
-            false
-        }
-    }
+    let reason = match landlock::kernel_abi() {
+        Ok(abi) if abi >= landlock::DEFAULT_MINIMUM_ABI => return true,
+        Ok(abi) => format!(
+            "kernel Landlock ABI {abi} is below the required {}",
+            landlock::DEFAULT_MINIMUM_ABI
+        ),
+        Err(error) => format!("the kernel has no Landlock ({error})"),
+    };
+    assert!(
+        !sandbox_required(),
+        "{test}: {reason}, and CI or RHO_REQUIRE_SANDBOX=1 requires it"
+    );
+    eprintln!("SKIPPING {test}: {reason}; set CI or RHO_REQUIRE_SANDBOX=1 to make this a failure");
+    false
 }
 
 fn hardened_worker(test: &str) -> Option<Worker> {

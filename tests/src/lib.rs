@@ -17,6 +17,25 @@ pub fn bin_dir() -> PathBuf {
     deps.parent().expect("profile dir").to_path_buf()
 }
 
+/// Whether a test that needs a kernel feature (Landlock, seccomp) must fail instead of
+/// skipping when the feature is missing: `CI` is set (to anything but the empty string) or
+/// `RHO_REQUIRE_SANDBOX=1`. `.ci/run` sets both.
+pub fn sandbox_required() -> bool {
+    std::env::var_os("CI").is_some_and(|v| !v.is_empty())
+        || std::env::var_os("RHO_REQUIRE_SANDBOX").is_some_and(|v| v == "1")
+}
+
+/// Handles a missing kernel feature in `test`: panics (the test fails) where the sandbox is
+/// required ([`sandbox_required`]), otherwise prints loudly why the test is skipped. The
+/// caller returns after it.
+pub fn skip_or_fail(test: &str, reason: &str) {
+    assert!(
+        !sandbox_required(),
+        "{test}: {reason}, and CI or RHO_REQUIRE_SANDBOX=1 requires it"
+    );
+    eprintln!("SKIPPING {test}: {reason}; set CI or RHO_REQUIRE_SANDBOX=1 to make this a failure");
+}
+
 /// Path of a built binary, with a clear failure when it is missing.
 pub fn binary(name: &str) -> PathBuf {
     let path = bin_dir().join(name);
