@@ -163,7 +163,7 @@ fn plan_list_delete_round_trip() {
     let run = env.rho(&["workflow", "list", "--json"]);
     assert_eq!(run.code, 0, "{}", run.stderr);
     let list: serde_json::Value = serde_json::from_str(&run.stdout).unwrap();
-    let ids: Vec<&str> = list
+    let ids: Vec<&str> = list["plans"]
         .as_array()
         .unwrap()
         .iter()
@@ -180,7 +180,8 @@ fn plan_list_delete_round_trip() {
     // Another workspace does not see these plans.
     let other = tempfile::tempdir().unwrap();
     let run = env.rho_in(other.path(), &["workflow", "list", "--json"]);
-    assert_eq!(run.stdout.trim(), "[]");
+    let list: serde_json::Value = serde_json::from_str(&run.stdout).unwrap();
+    assert_eq!(list, serde_json::json!({"plans": [], "runs": []}));
 
     let run = env.rho(&["workflow", "delete", &first]);
     assert_eq!(run.code, 0, "{}", run.stderr);

@@ -122,7 +122,7 @@ fn legacy_plans_and_runs_are_listed() {
 
     let out = env.rho(&["workflow", "list", "--plans", "--json"]);
     assert_eq!(code(&out), 0, "{}", text(&out));
-    let items: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).unwrap();
+    let items = section(&out.stdout, "plans");
     assert_eq!(items.len(), 2, "{items:?}");
     assert_eq!(items[0]["name"], "now");
     let legacy = &items[1];
@@ -146,7 +146,7 @@ fn legacy_plans_and_runs_are_listed() {
 
     let out = env.rho(&["workflow", "list", "--runs", "--json"]);
     assert_eq!(code(&out), 0, "{}", text(&out));
-    let items: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).unwrap();
+    let items = section(&out.stdout, "runs");
     assert_eq!(items.len(), 1, "{items:?}");
     assert_eq!(items[0]["run_id"], RUN_ID);
     assert_eq!(items[0]["plan_id"], PLAN_ID);
@@ -173,7 +173,7 @@ fn legacy_plans_and_runs_are_listed() {
     assert_snapshot_matches_journal(&env.home.join("workflows/runs").join(&current));
     let out = env.rho(&["workflow", "list", "--runs", "--json"]);
     assert_eq!(code(&out), 0, "{}", text(&out));
-    let items: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).unwrap();
+    let items = section(&out.stdout, "runs");
     assert_eq!(items.len(), 2, "{items:?}");
     assert_eq!(items[0]["run_id"], current.as_str());
     assert_ne!(items[0]["legacy"], true, "{items:?}");
@@ -193,8 +193,14 @@ fn legacy_plans_and_runs_are_listed() {
     assert_eq!(code(&out), 0, "{}", text(&out));
     assert_eq!(
         serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap(),
-        serde_json::json!([])
+        serde_json::json!({"plans": [], "runs": []})
     );
+}
+
+/// One section (`plans` or `runs`) of a `list --json` document.
+fn section(stdout: &[u8], name: &str) -> Vec<serde_json::Value> {
+    let doc: serde_json::Value = serde_json::from_slice(stdout).unwrap();
+    doc[name].as_array().cloned().unwrap_or_default()
 }
 
 #[test]
@@ -324,7 +330,7 @@ fn legacy_entries_are_deleted_once_no_process_holds_the_run_lock() {
         let out = env.rho(args);
         assert_eq!(
             serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap(),
-            serde_json::json!([]),
+            serde_json::json!({"plans": [], "runs": []}),
             "{args:?}"
         );
     }

@@ -10,7 +10,6 @@ use std::sync::Arc;
 use clap::Args;
 
 use super::exit::{CliError, CliResult, ExitCode};
-use crate::config::Config;
 use crate::mcp::{McpHost, McpServeError, McpServer};
 use crate::paths::{self, RhoHome};
 use crate::permissions::{
@@ -41,7 +40,8 @@ pub fn run_mcp(args: &McpArgs, session: &super::session_args::SessionArgs) -> Cl
     let home = RhoHome::from_env().map_err(|e| CliError::operational(e.to_string()))?;
     let workspace =
         paths::current_workspace().map_err(|e| CliError::operational(error_chain(&e)))?;
-    let config = Config::load(&home)
+    let config = super::root::options()
+        .load_config(&home)
         .map_err(|e| CliError::invalid(format!("invalid configuration: {}", error_chain(&e))))?;
     let flag = args
         .permissions

@@ -8,6 +8,7 @@ pub mod doctor;
 pub mod exit;
 pub mod limits;
 pub mod mcp;
+pub mod root;
 pub mod run;
 pub mod session_args;
 pub mod trust;
@@ -23,6 +24,8 @@ pub use exit::{CliError, CliResult, ExitCode};
 #[derive(Debug, Parser)]
 #[command(name = "rho", version, about, propagate_version = true)]
 pub struct Cli {
+    #[command(flatten)]
+    root: root::RootOptions,
     #[command(flatten)]
     session: session_args::SessionArgs,
     /// Resume a saved interactive session by id or unique id prefix (it continues in its own
@@ -77,6 +80,7 @@ pub fn main() -> std::process::ExitCode {
             return std::process::ExitCode::from(code.code());
         }
     };
+    root::install(cli.root, &cli.session);
     let result = match cli.command {
         None => crate::interactive::session::run_interactive(
             crate::interactive::session::InteractiveOptions {

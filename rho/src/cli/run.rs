@@ -27,7 +27,6 @@ use super::exit::{CliError, CliResult, ExitCode};
 use super::session_args::SessionArgs;
 use crate::agents::binder::Invocation;
 use crate::agents::{Catalog, CatalogSources};
-use crate::config::Config;
 use crate::paths::{self, RhoHome};
 use crate::runtime::agent_loop::{LoopEvent, Session, SessionLimits, TurnEnd};
 use crate::runtime::launch::{self, LaunchRequest};
@@ -276,7 +275,8 @@ pub fn run_run(args: &RunArgs, session_args: &SessionArgs) -> CliResult {
         .map_err(CliError::invalid)?;
     let home = RhoHome::from_env().map_err(|e| CliError::operational(e.to_string()))?;
     let workspace = paths::current_workspace().map_err(|e| CliError::operational(e.to_string()))?;
-    let config = Config::load(&home).map_err(|e| CliError::invalid(e.to_string()))?;
+    let config = super::root::options()
+        .load_config(&home).map_err(|e| CliError::invalid(e.to_string()))?;
     let overrides = session_args.overrides()?;
     let permission_mode = session_args.permission_mode(&config)?;
     let trusted = super::agents::project_agents_trusted(&home, &workspace)?;

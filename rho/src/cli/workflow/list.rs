@@ -2,6 +2,10 @@
 //! `--plans` or `--runs`), newest first, including entries written by an older release
 //! (manifest format 1), marked legacy.
 //!
+//! `--json` prints Rho 1.47's document: `{"plans": [...], "runs": [...]}` with Rho's item
+//! keys (`id`, `name`, `step_count` / `lifecycle`, `done_steps`, `total_steps`,
+//! `created_at_unix_nanos`) and ours beside them.
+//!
 //! Invariant: only entries whose recorded workspace is the current canonical workspace are
 //! shown, so two checkouts never see each other's plans; listing never takes a run's lock;
 //! a plan made by a degraded planner sandbox (and a run of one) is marked in every format.
@@ -11,7 +15,7 @@ use std::fmt::Write as _;
 use clap::Args;
 use serde_json::json;
 
-use super::{json_text, print_out, store_error};
+use super::{json_text, print_out, rho_shapes, store_error};
 use crate::cli::exit::{CliError, CliResult, ExitCode};
 use crate::paths::{self, RhoHome};
 use crate::workflow::store::plans::{self, StoredPlanManifest};
@@ -49,16 +53,12 @@ pub fn run_list(args: &ListArgs) -> CliResult {
         Some(run_items(&home, &workspace, args.limit)?)
     };
     let text = if args.json {
-        let mut items: Vec<serde_json::Value> =
-            plans.iter().chain(runs.iter()).flatten().cloned().collect();
-        // Newest first across both kinds; timestamps share one ISO-8601 UTC format.
-        items.sort_by(|a, b| {
-            b["created_at"]
-                .as_str()
-                .unwrap_or("")
-                .cmp(a["created_at"].as_str().unwrap_or(""))
-        });
-        json_text(&json!(items))
+        // Rho's document: both sections always present (empty when filtered out), each
+        // newest first.
+        json_text(&json!({
+            "plans": plans.clone().unwrap_or_default(),
+            "runs": runs.clone().unwrap_or_default(),
+        }))
     } else {
         let mut out = String::new();
         if let Some(plans) = &plans {
@@ -89,6 +89,9 @@ fn plan_items(
         }
         items.push(match &manifest {
             StoredPlanManifest::Current(m) => json!({
+                "id": m.plan_id,
+                "step_count": m.node_count,
+                "created_at_unix_nanos": rho_shapes::unix_nanos(&m.created_at),
                 "kind": "plan",
                 "plan_id": m.plan_id,
                 "created_at": m.created_at,
@@ -98,6 +101,9 @@ fn plan_items(
                 "sandbox_missing": m.sandbox.missing,
             }),
             StoredPlanManifest::Legacy(v) => json!({
+                "id": manifest.plan_id(),
+                "step_count": v["step_count"],
+                "created_at_unix_nanos": v["created_at_unix_nanos"],
                 "kind": "plan",
                 "plan_id": manifest.plan_id(),
                 "legacy": true,
@@ -193,14 +199,37 @@ fn run_items(
                 let sandbox_missing = plans::manifest(home, &m.plan_id)
                     .map(|p| p.sandbox.missing)
                     .unwrap_or_default();
+                let done_steps = seen
+                    .as_ref()
+                    .and_then(|(_, i)| i.state.as_ref())
+                    .map_or(0, |s| {
+                        s.root()
+                            .tasks
+                            .values()
+                            .filter(|t| t.state.is_terminal())
+                            .count()
+                    });
                 json!({
+                    "id": m.run_id, "done_steps": done_steps, "total_steps": m.node_count,
+                    "created_at_unix_nanos": rho_shapes::unix_nanos(&m.created_at),
                     "kind": "run", "run_id": m.run_id, "plan_id": m.plan_id, "created_at": m.created_at,
                     "name": m.name, "node_count": m.node_count, "program_digest": m.program_digest,
                     "lifecycle": lifecycle, "outcome": outcome, "sandbox_missing": sandbox_missing,
                 })
             }
             StoredManifest::Legacy(v) if plans::legacy_workspace_path(v) == Some(workspace) => {
+                // Rho's own state record says how far the run got.
+                let state = crate::workflow::runner::inspect(home, &manifest.run_id())
+                    .ok()
+                    .and_then(|(_, i)| i.legacy_state);
+                let nodes = state.as_ref().and_then(|s| s["state"]["nodes"].as_object());
+                let done_steps = nodes.map_or(0, |n| {
+                    n.values().filter(|v| v["state"] == "terminal").count()
+                });
+                let lifecycle = state.as_ref().map(|s| s["state"]["lifecycle"].clone());
                 json!({
+                    "id": v["run_id"], "lifecycle": lifecycle, "done_steps": done_steps,
+                    "total_steps": v["step_count"], "created_at_unix_nanos": v["created_at_unix_nanos"],
                     "kind": "run", "run_id": v["run_id"], "plan_id": v["plan_id"], "legacy": true,
                     "created_at": manifest.created_sort_key(), "name": v["name"], "node_count": v["step_count"],
                 })

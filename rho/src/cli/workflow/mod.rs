@@ -13,6 +13,7 @@ pub mod graph;
 pub mod list;
 pub mod plan;
 pub mod resume;
+pub mod rho_shapes;
 pub mod run;
 pub mod status;
 pub mod validate;
@@ -136,7 +137,8 @@ impl Context {
         let home = RhoHome::from_env().map_err(|e| CliError::operational(e.to_string()))?;
         let workspace = paths::current_workspace()
             .map_err(|e| CliError::operational(planning::error_chain(&e)))?;
-        let config = Config::load(&home).map_err(|e| {
+        // `rho --config FILE ...` names the file; otherwise `$RHO_HOME/config.toml`.
+        let config = crate::cli::root::options().load_config(&home).map_err(|e| {
             CliError::invalid(format!(
                 "invalid configuration: {}",
                 planning::error_chain(&e)

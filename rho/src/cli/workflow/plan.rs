@@ -1,6 +1,9 @@
 //! `rho workflow plan FILE`: freezes a workflow into a stored plan and prints its id and
 //! digest (text or JSON).
 //!
+//! The JSON document is Rho 1.47's (`manifest`, `graph`: see `rho_shapes`) with our flat
+//! summary (`planned`, `plan_id`, `program_digest`, ...) beside it.
+//!
 //! Invariant: a plan id is printed only after the plan is stored completely; every output
 //! of a plan made by a degraded planner carries the sandbox warning; a failure exits non-zero
 //! in every format (with `--output json`, after a document listing the diagnostics).
@@ -10,7 +13,9 @@ use std::path::PathBuf;
 use clap::{Args, ValueEnum};
 use serde_json::json;
 
-use super::{InputArgs, diagnostic_json, json_text, plan_error, print_out, try_create_plan};
+use super::{
+    InputArgs, diagnostic_json, json_text, plan_error, print_out, rho_shapes, try_create_plan,
+};
 use crate::cli::exit::{CliResult, ExitCode};
 
 /// Output formats of `plan`.
@@ -58,7 +63,16 @@ pub fn run_plan(args: &PlanArgs) -> CliResult {
             "plan_id: {}\nprogram_digest: {}\nname: {}\nnodes: {}\n",
             manifest.plan_id, manifest.program_digest, manifest.name, manifest.node_count
         ),
+        // Rho's `manifest` and `graph` first; our flat summary beside them.
         PlanOutput::Json => json_text(&json!({
+            "manifest": rho_shapes::plan_manifest(&manifest),
+            "graph": rho_shapes::frozen_workflow(
+                &planned.program,
+                &planned.graph_digest,
+                &planned.program_digest,
+                Some(&planned.entry_label),
+                true,
+            ),
             "planned": true,
             "plan_id": manifest.plan_id,
             "program_digest": manifest.program_digest,

@@ -39,7 +39,10 @@ pub struct ResumeArgs {
 /// Runs `rho workflow resume`.
 pub fn run_resume(args: &ResumeArgs) -> CliResult {
     let ctx = Context::from_env()?;
-    let selection = select_process_mode(args.permissions.permission_mode.as_deref(), &ctx.config)?;
+    let selection = select_process_mode(
+        crate::cli::root::options().permission_mode(args.permissions.permission_mode.as_deref()),
+        &ctx.config,
+    )?;
     let id = runs::resolve(&ctx.home, &args.id).map_err(|e| super::store_error(&e))?;
     let run = runs::open(&ctx.home, &id).map_err(|e| super::store_error(&e))?;
     let manifest = match run.manifest().map_err(|e| super::store_error(&e))? {

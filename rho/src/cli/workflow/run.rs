@@ -12,7 +12,7 @@ use std::time::Instant;
 use clap::{Args, ValueEnum};
 use serde_json::json;
 
-use super::{Context, InputArgs, create_plan, store_error};
+use super::{Context, InputArgs, create_plan, rho_shapes, store_error};
 use crate::cli::exit::{CliError, CliResult, ExitCode};
 use rho_policy::{PermissionMode, TrustRequirement};
 
@@ -55,7 +55,10 @@ pub struct RunArgs {
 pub fn run_run(args: &RunArgs) -> CliResult {
     let ctx = Context::from_env()?;
     // An unknown mode is a configuration error before anything is planned or stored.
-    let selection = select_process_mode(args.permissions.permission_mode.as_deref(), &ctx.config)?;
+    let selection = select_process_mode(
+        crate::cli::root::options().permission_mode(args.permissions.permission_mode.as_deref()),
+        &ctx.config,
+    )?;
     let is_file = Path::new(&args.target)
         .extension()
         .is_some_and(|e| e == "star")
@@ -207,10 +210,15 @@ pub fn finish(sink: &mut Progress, result: Result<RunReport, RunError>) -> CliRe
             sink.clear_live();
             match &error {
                 RunError::NeedsRecovery { run_id, attempts } => {
-                    sink.needs_recovery(run_id, attempts);
+                    // Each description names its node first: ``node `build` attempt 1 ...``.
+                    let nodes: Vec<&str> = attempts
+                        .iter()
+                        .filter_map(|a| a.split('`').nth(1))
+                        .collect();
+                    sink.needs_recovery(run_id, attempts, &nodes);
                 }
                 RunError::StillAlive { run_id, what } => {
-                    sink.needs_recovery(run_id, std::slice::from_ref(what));
+                    sink.needs_recovery(run_id, std::slice::from_ref(what), &[]);
                 }
                 _ => {}
             }
@@ -284,6 +292,8 @@ impl Progress {
             obj.insert("version".into(), json!(1));
             obj.insert("sequence".into(), json!(self.sequence));
             obj.insert("run_id".into(), json!(self.run_id));
+            // Rho names the event `type`; `event` is the name we printed first.
+            obj.insert("type".into(), json!(event));
             obj.insert("event".into(), json!(event));
         }
         let mut out = std::io::stdout().lock();
@@ -389,9 +399,12 @@ impl Progress {
         self.last_draw = Some(now);
     }
 
-    fn needs_recovery(&mut self, run_id: &str, attempts: &[String]) {
+    fn needs_recovery(&mut self, run_id: &str, attempts: &[String], nodes: &[&str]) {
         match self.format {
-            ProgressOutput::Jsonl => self.jsonl("needs_recovery", json!({ "attempts": attempts })),
+            ProgressOutput::Jsonl => self.jsonl(
+                "needs_recovery",
+                json!({ "nodes": nodes, "attempts": attempts }),
+            ),
             ProgressOutput::Text => {
                 self.line(&format!(
                     "run {run_id} needs recovery: {}",
@@ -521,7 +534,11 @@ impl ProgressSink for Progress {
                     let mode = self.mode;
                     self.jsonl(
                         "state_changed",
-                        json!({ "lifecycle": lifecycle, "permission_mode": mode }),
+                        json!({
+                            "revision": state.revision,
+                            "lifecycle": lifecycle,
+                            "permission_mode": mode,
+                        }),
                     );
                 }
             }
@@ -542,7 +559,12 @@ impl ProgressSink for Progress {
                 if !text {
                     self.jsonl(
                         "node_progress",
-                        json!({ "node": node, "attempt": attempt, "pid": process.pid }),
+                        json!({
+                            "node": node,
+                            "attempt": attempt,
+                            "message": format!("process {} started", process.pid),
+                            "pid": process.pid,
+                        }),
                     );
                 }
             }
@@ -565,7 +587,11 @@ impl ProgressSink for Progress {
                 } else {
                     self.jsonl(
                         "node_finished",
-                        json!({ "node": node, "attempt": attempt, "state": s, "reason": reason, "exit": exit }),
+                        json!({
+                            "node": node, "attempt": attempt,
+                            "outcome": rho_shapes::terminal_outcome(*s),
+                            "state": s, "reason": reason, "exit": exit,
+                        }),
                     );
                 }
             }
@@ -582,7 +608,11 @@ impl ProgressSink for Progress {
                 } else {
                     self.jsonl(
                         "node_finished",
-                        json!({ "node": node, "attempt": attempt, "state": "denial", "decided_by": denial.decided_by, "reason": denial.reason }),
+                        json!({
+                            "node": node, "attempt": attempt, "outcome": "denial",
+                            "state": "denial", "decided_by": denial.decided_by,
+                            "reason": denial.reason,
+                        }),
                     );
                 }
             }
@@ -611,7 +641,10 @@ impl ProgressSink for Progress {
                 } else {
                     self.jsonl(
                         "node_finished",
-                        json!({ "node": node, "state": s, "reason": reason }),
+                        json!({
+                            "node": node, "outcome": rho_shapes::terminal_outcome(*s),
+                            "state": s, "reason": reason,
+                        }),
                     );
                 }
             }

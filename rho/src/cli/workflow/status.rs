@@ -6,7 +6,8 @@
 //! process is gone while the run never closed), reporting `needs_recovery` with the attempts
 //! in flight and their last known process.
 //!
-//! The JSON document is serialized straight from the borrowed state and the typed program:
+//! The JSON document carries Rho 1.47's `run` (`manifest`, `graph`, `state`) and `outcome`
+//! (see `rho_shapes`) beside our own members. It is serialized straight from the borrowed state and the typed program:
 //! building it as a generic JSON tree first (and decoding `graph.json` into one) was most of
 //! the time `status` took on a 1,000-node run.
 
@@ -19,7 +20,7 @@ use rho_ipc::program::FrozenProgram;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
-use super::{json_text, print_out, store_error};
+use super::{json_text, print_out, rho_shapes, store_error};
 use crate::cli::exit::{CliError, CliResult, ExitCode};
 use crate::paths::RhoHome;
 use crate::workflow::runner::{self, Inspection};
@@ -73,13 +74,21 @@ pub fn run_status(args: &StatusArgs) -> CliResult {
     Ok(ExitCode::Success)
 }
 
-/// `status --output json` of a format-1 run: its manifest and state as stored.
+/// `status --output json` of a format-1 run: its manifest and state as stored, which are
+/// Rho 1.47's own, also under Rho's `run` with Rho's `outcome`.
 fn legacy_json(inspection: &Inspection) -> serde_json::Value {
+    let manifest = match &inspection.manifest {
+        StoredManifest::Legacy(manifest) => Some(manifest),
+        StoredManifest::Current(_) => None,
+    };
+    let outcome = inspection
+        .legacy_state
+        .as_ref()
+        .map(|s| s["state"]["outcome"].clone());
     json!({
-        "manifest": match &inspection.manifest {
-            StoredManifest::Legacy(manifest) => Some(manifest),
-            StoredManifest::Current(_) => None,
-        },
+        "run": { "manifest": manifest, "graph": null, "state": inspection.legacy_state },
+        "outcome": outcome,
+        "manifest": manifest,
         "legacy": true,
         "state": inspection.legacy_state,
     })
@@ -146,6 +155,8 @@ struct StatusDocument<'a> {
     permission_mode: Option<&'a rho_policy::PermissionMode>,
     program: &'a GraphProgram,
     program_digest: &'a str,
+    /// Rho 1.47's `run` (`manifest`, `graph`, `state`); Rho's `outcome` is ours too.
+    run: serde_json::Value,
     state: Option<&'a State>,
 }
 
@@ -156,12 +167,25 @@ fn status_document<'a>(
 ) -> StatusDocument<'a> {
     let state = inspection.state.as_ref();
     let root = state.map(State::root);
+    let lifecycle = inspection.effective_lifecycle();
+    let run = json!({
+        "manifest": rho_shapes::run_manifest(manifest),
+        "graph": match program {
+            GraphProgram::Typed(p) => rho_shapes::frozen_workflow(
+                p, &manifest.graph_digest, &manifest.program_digest, None, false,
+            ),
+            GraphProgram::Generic(_) => serde_json::Value::Null,
+        },
+        "state": state.map(|s| {
+            rho_shapes::run_state(s, lifecycle.unwrap_or(s.lifecycle).as_str())
+        }),
+    });
     StatusDocument {
         command_exits: root.map(|r| &r.command_exits),
         completions: root.map(|r| &r.completions),
         graph_digest: &manifest.graph_digest,
         hook_failures: state.map(|s| &s.hook_failures),
-        lifecycle: inspection.effective_lifecycle(),
+        lifecycle,
         manifest,
         needs_recovery: &inspection.uncertain,
         nodes: root.map(|r| &r.tasks),
@@ -173,6 +197,7 @@ fn status_document<'a>(
         permission_mode: manifest.policy.as_ref().map(|p| &p.permission_mode),
         program,
         program_digest: &manifest.program_digest,
+        run,
         state,
     }
 }
