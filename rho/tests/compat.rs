@@ -232,7 +232,7 @@ fn run_case(case: &Value) -> Vec<String> {
                     match doc.pointer(pointer) {
                         Some(found) if found == want => {}
                         found => {
-                            failures.push(format!("{pointer}: expected {want}, found {found:?}"))
+                            failures.push(format!("{pointer}: expected {want}, found {found:?}"));
                         }
                     }
                 }
