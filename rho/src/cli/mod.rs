@@ -80,6 +80,9 @@ pub fn main() -> std::process::ExitCode {
             return std::process::ExitCode::from(code.code());
         }
     };
+    if let Err(err) = cli.session.check() {
+        return finish(Err(err));
+    }
     root::install(cli.root, &cli.session);
     let result = match cli.command {
         None => crate::interactive::session::run_interactive(

@@ -276,7 +276,8 @@ pub fn run_run(args: &RunArgs, session_args: &SessionArgs) -> CliResult {
     let home = RhoHome::from_env().map_err(|e| CliError::operational(e.to_string()))?;
     let workspace = paths::current_workspace().map_err(|e| CliError::operational(e.to_string()))?;
     let config = super::root::options()
-        .load_config(&home).map_err(|e| CliError::invalid(e.to_string()))?;
+        .load_config(&home)
+        .map_err(|e| CliError::invalid(e.to_string()))?;
     let overrides = session_args.overrides()?;
     let permission_mode = session_args.permission_mode(&config)?;
     let trusted = super::agents::project_agents_trusted(&home, &workspace)?;

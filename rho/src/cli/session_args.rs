@@ -69,6 +69,18 @@ impl SessionArgs {
         })
     }
 
+    /// Checks every value given, whichever subcommand follows (as Rho's parser does for its
+    /// root options): an unknown mode or reasoning level is a usage error even for a
+    /// subcommand that would not read it.
+    pub fn check(&self) -> Result<(), CliError> {
+        self.overrides()?;
+        if self.permission_mode.is_some() {
+            rho_policy::select_mode(self.permission_mode.as_deref(), None, None)
+                .map_err(|e| CliError::invalid(e.to_string()))?;
+        }
+        Ok(())
+    }
+
     /// The permission mode in force.
     pub fn permission_mode(&self, config: &Config) -> Result<PermissionMode, CliError> {
         select_process_mode(self.permission_mode.as_deref(), config)

@@ -125,7 +125,8 @@ pub fn run_interactive(options: InteractiveOptions, session_args: &SessionArgs) 
         .as_ref()
         .map_or(current, |l| l.meta.workspace.clone());
     let config = crate::cli::root::options()
-        .load_config(&home).map_err(|e| CliError::invalid(e.to_string()))?;
+        .load_config(&home)
+        .map_err(|e| CliError::invalid(e.to_string()))?;
     let trusted = crate::cli::agents::project_agents_trusted(&home, &workspace)?;
     let catalog = Catalog::discover(&CatalogSources::new(
         &home,

@@ -138,12 +138,14 @@ impl Context {
         let workspace = paths::current_workspace()
             .map_err(|e| CliError::operational(planning::error_chain(&e)))?;
         // `rho --config FILE ...` names the file; otherwise `$RHO_HOME/config.toml`.
-        let config = crate::cli::root::options().load_config(&home).map_err(|e| {
-            CliError::invalid(format!(
-                "invalid configuration: {}",
-                planning::error_chain(&e)
-            ))
-        })?;
+        let config = crate::cli::root::options()
+            .load_config(&home)
+            .map_err(|e| {
+                CliError::invalid(format!(
+                    "invalid configuration: {}",
+                    planning::error_chain(&e)
+                ))
+            })?;
         Ok(Self {
             home,
             workspace,
