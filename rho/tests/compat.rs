@@ -5,8 +5,8 @@
 //! the Rho behaviour it mirrors and the result expected (exit code, text on stdout and
 //! stderr, values at JSON pointers of the plan document). The corpus is written here, not
 //! copied from Rho. `golden/` holds the shapes of Rho's machine-readable documents, checked
-//! key by key against a real plan, run, list and status; our own keys beside Rho's are
-//! allowed. The root options are checked in root position.
+//! key by key against a real plan, run, list, status, cancel and resume; our own keys beside
+//! Rho's are allowed. The root options are checked in root position.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod plan_support;
@@ -269,7 +269,8 @@ fn every_corpus_file_is_used_by_a_case() {
     for dir in ["workflows", "agents"] {
         for entry in std::fs::read_dir(corpus().join(dir)).unwrap() {
             let name = entry.unwrap().file_name().to_string_lossy().into_owned();
-            if name == "golden.star" {
+            // These two feed the document tests below, not cases.
+            if name == "golden.star" || name == "resumable.star" {
                 continue;
             }
             assert!(
@@ -318,6 +319,56 @@ fn golden() -> Golden {
     }
 }
 
+/// Checks JSONL progress events against Rho's shapes (`shapes`: `every`, `types`) and one
+/// run's expectations (`expected`: `required` types, `finished` outcome per node): sequences
+/// count up from 1 and the last event is `completed`.
+fn check_events(
+    events: &[Value],
+    shapes: &Value,
+    expected: &Value,
+    label: &str,
+    failures: &mut Vec<String>,
+) {
+    let mut seen = std::collections::BTreeSet::new();
+    for (i, event) in events.iter().enumerate() {
+        let at = format!("{label} event {i}");
+        check_shape(&shapes["every"], event, &at, failures);
+        if event["sequence"] != i as u64 + 1 {
+            failures.push(format!("{at}: sequence is not {}: {event}", i + 1));
+        }
+        let kind = event["type"].as_str().unwrap_or_default();
+        match shapes["types"].get(kind) {
+            Some(shape) => check_shape(shape, event, &at, failures),
+            None => failures.push(format!("{at}: type {kind:?} is not one of Rho's")),
+        }
+        if kind == "node_finished" {
+            let node = event["node"].as_str().unwrap_or_default();
+            match expected["finished"].get(node) {
+                Some(outcome) => {
+                    check_shape(
+                        outcome,
+                        &event["outcome"],
+                        &format!("{at} ({node})"),
+                        failures,
+                    );
+                }
+                None => failures.push(format!("{at}: unexpected node {node:?}")),
+            }
+        }
+        seen.insert(kind.to_owned());
+    }
+    for required in expected["required"].as_array().unwrap() {
+        if !seen.contains(required.as_str().unwrap()) {
+            failures.push(format!("{label}: no {required} event in {events:?}"));
+        }
+    }
+    if events.last().map(|e| &e["type"]) != Some(&Value::from("completed")) {
+        failures.push(format!(
+            "{label}: the last event is not `completed`: {events:?}"
+        ));
+    }
+}
+
 #[test]
 fn machine_readable_documents_have_rhos_shape() {
     let g = golden();
@@ -356,36 +407,7 @@ fn machine_readable_documents_have_rhos_shape() {
 
     // Run events: every line has Rho's envelope, each type its keys, sequences count up.
     let shapes = read_json("golden/run-events.json");
-    let mut seen = std::collections::BTreeSet::new();
-    for (i, event) in g.events.iter().enumerate() {
-        let at = format!("event {i}");
-        check_shape(&shapes["every"], event, &at, &mut failures);
-        assert_eq!(event["sequence"], i as u64 + 1, "{at}: {event}");
-        let kind = event["type"].as_str().unwrap_or_default();
-        match shapes["types"].get(kind) {
-            Some(shape) => check_shape(shape, event, &at, &mut failures),
-            None => failures.push(format!("{at}: type {kind:?} is not one of Rho's")),
-        }
-        if kind == "node_finished" {
-            let node = event["node"].as_str().unwrap();
-            check_shape(
-                &shapes["finished"][node],
-                &event["outcome"],
-                &format!("{at} ({node})"),
-                &mut failures,
-            );
-        }
-        seen.insert(kind.to_owned());
-    }
-    for required in shapes["required"].as_array().unwrap() {
-        if !seen.contains(required.as_str().unwrap()) {
-            failures.push(format!("no {required} event in {:?}", g.events));
-        }
-    }
-    assert_eq!(
-        g.events.last().map(|e| e["type"].clone()),
-        Some(Value::from("completed"))
-    );
+    check_events(&g.events, &shapes, &shapes, "run", &mut failures);
     assert!(failures.is_empty(), "{}", failures.join("\n"));
     drop(g.env);
 }
@@ -484,4 +506,118 @@ fn root_options_work_before_the_subcommand() {
         assert_eq!(run.code, 2, "{option}: {}", run.stderr);
         assert!(run.stderr.contains(option), "{}", run.stderr);
     }
+}
+
+/// Parses JSONL progress output.
+fn jsonl(stdout: &str) -> Vec<Value> {
+    stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect()
+}
+
+#[test]
+fn cancel_and_resume_documents_have_rhos_shape() {
+    let env = Env::new();
+    let file = ".rho/workflows/resumable/workflow.star";
+    env.write(file, &corpus_text("workflows/resumable.star"));
+    let plan_id = env.plan_ok(file);
+
+    // Start the run in the background and wait until `wait` has been launched.
+    let owner = std::process::Command::new(plan_support::rho_bin())
+        .args(["workflow", "run", &plan_id, "--yes", "--output", "jsonl"])
+        .current_dir(&env.ws)
+        .env_clear()
+        .env("RHO_HOME", &env.home)
+        .env("HOME", env.home.parent().unwrap())
+        .env("PATH", "/usr/bin:/bin")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let runs = env.home.join("workflows/runs");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let run_id = loop {
+        let launched = std::fs::read_dir(&runs).ok().and_then(|entries| {
+            entries.filter_map(Result::ok).find(|e| {
+                !e.file_name().to_string_lossy().starts_with('.')
+                    && std::fs::read_to_string(e.path().join("events.jsonl"))
+                        .unwrap_or_default()
+                        .contains("\"launched\"")
+            })
+        });
+        if let Some(entry) = launched
+            && env.ws.join("resumed").exists()
+        {
+            break entry.file_name().to_string_lossy().into_owned();
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the first node never launched"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+
+    // `cancel` prints Rho's document.
+    let cancel = env.rho(&["workflow", "cancel", &run_id]);
+    assert_eq!(cancel.code, 0, "{}", cancel.stderr);
+    let cancel_doc: Value = serde_json::from_str(&cancel.stdout).unwrap();
+    let mut failures = Vec::new();
+    check_shape(
+        &read_json("golden/cancel.json"),
+        &cancel_doc,
+        "cancel",
+        &mut failures,
+    );
+    assert_eq!(cancel_doc["run_id"], run_id.as_str());
+    let owner = owner.wait_with_output().unwrap();
+    assert_eq!(
+        owner.status.code(),
+        Some(5),
+        "a cancelled run exits 5: {}",
+        String::from_utf8_lossy(&owner.stderr)
+    );
+    // The cancelled run's own events keep Rho's envelope (it ends without `completed`).
+    let shapes = read_json("golden/run-events.json");
+    for (i, event) in jsonl(&String::from_utf8_lossy(&owner.stdout))
+        .iter()
+        .enumerate()
+    {
+        check_shape(
+            &shapes["every"],
+            event,
+            &format!("cancelled run event {i}"),
+            &mut failures,
+        );
+    }
+
+    // `status` of the cancelled run: Rho's outcome.
+    let status = env.rho(&["workflow", "status", &run_id, "--output", "json"]);
+    assert_eq!(status.code, 0, "{}", status.stderr);
+    let status_doc: Value = serde_json::from_str(&status.stdout).unwrap();
+    assert_eq!(status_doc["outcome"], "cancellation", "{status_doc}");
+    assert_eq!(status_doc["run"]["manifest"]["run_id"], run_id.as_str());
+
+    // `resume --output jsonl` streams Rho's events for the same run, numbered from 1.
+    let resume = env.rho(&["workflow", "resume", &run_id, "--yes", "--output", "jsonl"]);
+    assert_eq!(resume.code, 0, "{}\n{}", resume.stdout, resume.stderr);
+    let events = jsonl(&resume.stdout);
+    check_events(
+        &events,
+        &shapes,
+        &read_json("golden/resume-events.json"),
+        "resume",
+        &mut failures,
+    );
+    for event in &events {
+        assert_eq!(event["run_id"], run_id.as_str(), "{event}");
+    }
+    let status = env.rho(&["workflow", "status", &run_id, "--output", "json"]);
+    let status_doc: Value = serde_json::from_str(&status.stdout).unwrap();
+    assert_eq!(status_doc["outcome"], "success", "{status_doc}");
+    assert_eq!(
+        status_doc["run"]["state"]["state"]["lifecycle"],
+        "completed"
+    );
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
