@@ -6,8 +6,11 @@
 
 use std::io::{Read, Write};
 
-use rho_ipc::frame::{FrameError, write_message};
-use rho_ipc::message::{Envelope, HostMessage, ModuleResponse, WorkerMessage};
+use rho_ipc::budget::{BudgetOverrun, Budgets};
+use rho_ipc::frame::{FrameError, MAX_FRAME_BYTES, write_frame, write_message};
+use rho_ipc::message::{
+    Diagnostic, Envelope, HostMessage, ModuleResponse, PlanResponse, WorkerMessage,
+};
 
 use crate::dsl::{self, DslError};
 
@@ -41,6 +44,40 @@ fn kind(message: &HostMessage) -> &'static str {
 
 fn read_host<R: Read>(input: &mut R) -> Result<HostMessage, FrameError> {
     rho_ipc::message::read_envelope(input)
+}
+
+/// Sends the final answer. An answer too large for one frame is the workflow's fault (it
+/// built a program the host could not accept either): it becomes a `program_bytes` budget
+/// diagnostic, with the effective limit (the frame limit when the budget is larger).
+fn send_answer<W: Write>(
+    output: &mut W,
+    answer: PlanResponse,
+    budgets: &Budgets,
+) -> Result<(), SessionError> {
+    let payload =
+        rho_ipc::canonical::to_canonical_bytes(&Envelope::new(WorkerMessage::Planned(answer)))
+            .map_err(FrameError::from)?;
+    let measured = u64::try_from(payload.len()).unwrap_or(u64::MAX);
+    if measured <= u64::from(MAX_FRAME_BYTES) {
+        write_frame(output, &payload)?;
+        return Ok(());
+    }
+    let overrun = BudgetOverrun {
+        name: "program_bytes".to_owned(),
+        limit: budgets.program_bytes.min(u64::from(MAX_FRAME_BYTES)),
+        measured,
+    };
+    let mut diagnostic = Diagnostic::budget(overrun);
+    diagnostic.message.push_str(
+        " (the evaluated workflow, encoded for the host, is larger than one planner frame)",
+    );
+    write_message(
+        output,
+        &Envelope::new(WorkerMessage::Planned(PlanResponse::Diagnostics(vec![
+            diagnostic,
+        ]))),
+    )?;
+    Ok(())
 }
 
 /// Serves one conversation: reads the first host message and answers it.
@@ -80,7 +117,7 @@ pub fn serve<R: Read, W: Write>(mut input: R, mut output: W) -> Result<(), Sessi
             if let Some(error) = broken {
                 return Err(error);
             }
-            write_message(&mut output, &Envelope::new(WorkerMessage::Planned(answer?)))?;
+            send_answer(&mut output, answer?, &request.budgets)?;
         }
         other @ HostMessage::Module(_) => {
             return Err(SessionError::Unexpected {

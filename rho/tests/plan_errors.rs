@@ -355,7 +355,7 @@ fn a_worker_out_of_address_space_is_a_budget_error() {
         "    s = \"a\" * 1000\n    s *= 1000000\n",
         "    l = [1]\n    for i in range(40):\n        l += l\n",
         "    x = \",\".join([\"a\" * 999999] * 9000)\n",
-        "    x = sorted(range(100000000))\n",
+        "    x = []\n    x.extend(range(100000000))\n",
     ]
     .iter()
     .enumerate()
@@ -707,4 +707,85 @@ fn control_characters_from_the_workflow_are_shown_escaped() {
         !stderr.contains(['\u{1b}', '\u{7}', '\r', '\u{9b}']),
         "raw control characters reached the terminal: {stderr:?}"
     );
+}
+
+/// A workflow whose `build` runs `statement` first, then returns one node.
+fn build_after(statement: &str) -> String {
+    format!(
+        "def build(inputs):\n    {statement}\n    return workflow(name = \"wf\", nodes = [command(name = \"a\", argv = [\"true\"], timeout_seconds = 5, max_output_bytes = 100)])\n\nWORKFLOW = define(inputs = {{}}, build = build)\n"
+    )
+}
+
+#[test]
+fn materializing_a_huge_range_is_the_list_items_budget() {
+    let env = env_with_plan();
+    for (i, (call, measured)) in [
+        ("list(range(1000000000))", 1_000_000_000),
+        ("tuple(range(1000000000))", 1_000_000_000),
+        ("sorted(range(1000000000), reverse = True)", 1_000_000_000),
+        ("reversed(range(1000000000))", 1_000_000_000),
+        ("enumerate(range(1000000000))", 1_000_000_000),
+        // zip stops at its shortest argument.
+        ("zip(range(1000000000), range(5, 1000000000))", 999_999_995),
+    ]
+    .iter()
+    .enumerate()
+    {
+        let file = format!("huge{i}.star");
+        env.write(&file, &build_after(&format!("x = {call}")));
+        let stderr = assert_invalid(
+            &env,
+            &file,
+            &[
+                &format!("{file}:2:9: planning budget list_items exceeded: accepted limit 10000"),
+                &format!("requested or measured {measured}\n"),
+            ],
+        );
+        assert!(
+            !stderr.contains("planner worker failed"),
+            "{call}: {stderr}"
+        );
+        assert!(!stderr.contains("panicked"), "{call}: {stderr}");
+    }
+    // Small ones still work as the standard library's.
+    env.write(
+        "small.star",
+        &build_after("x = sorted(list(zip(range(3), tuple(\"ab\".elems()))), reverse = True)"),
+    );
+    let run = env.rho(&["workflow", "validate", "small.star"]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+}
+
+#[test]
+fn an_unchecked_allocation_over_4_gib_is_the_address_space_budget() {
+    let env = env_with_plan();
+    env.write(
+        "w.star",
+        &build_after("x = []\n    x.extend(range(1000000000))"),
+    );
+    let stderr = assert_invalid(
+        &env,
+        "w.star",
+        &["planning budget planner_address_space_bytes exceeded: accepted limit 1073741824"],
+    );
+    assert!(!stderr.contains("planner worker failed"), "{stderr}");
+}
+
+#[test]
+fn an_answer_larger_than_a_frame_is_the_program_bytes_budget() {
+    let env = env_with_plan();
+    // 20 nodes carrying a 1 MB argument each: about 20 MB encoded, over the 16 MiB frame.
+    env.write(
+        "w.star",
+        "def build(inputs):\n    s = \"x\" * 1000000\n    return workflow(name = \"wf\", nodes = [command(name = \"a%d\" % i, argv = [\"true\", s], timeout_seconds = 5, max_output_bytes = 100) for i in range(20)])\n\nWORKFLOW = define(inputs = {}, build = build)\n",
+    );
+    let stderr = assert_invalid(
+        &env,
+        "w.star",
+        &[
+            "planning budget program_bytes exceeded: accepted limit 10000000, requested or measured 2000",
+            "larger than one planner frame",
+        ],
+    );
+    assert!(!stderr.contains("planner worker failed"), "{stderr}");
 }

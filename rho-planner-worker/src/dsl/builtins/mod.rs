@@ -8,6 +8,7 @@
 //! heap limit alone would not see.
 mod args;
 mod bytes;
+mod collections;
 mod condition;
 mod input;
 mod operators;
@@ -63,6 +64,7 @@ pub(crate) fn globals() -> Globals {
     GlobalsBuilder::standard()
         .with(workflow::workflow_functions)
         .with(operators::operator_guards)
+        .with(collections::collection_guards)
         .with_namespace("input", input::input_functions)
         .with_namespace("schema", schema::schema_functions)
         .with_namespace("condition", condition::condition_functions)

@@ -548,14 +548,18 @@ fn resource_exhaustion(
         });
     }
     let failed_allocation = stderr_tail.iter().find_map(|line| allocation_failure(line));
-    let panicked_oom = stderr_tail
-        .iter()
-        .position(|l| l.contains("panicked at"))
-        .is_some_and(|at| {
-            stderr_tail[at..]
-                .iter()
-                .any(|l| l.trim() == "out of memory")
-        });
+    let panicked_at = stderr_tail.iter().position(|l| l.contains("panicked at"));
+    let after_panic = |text: &str| {
+        panicked_at.is_some_and(|at| stderr_tail[at..].iter().any(|l| l.trim() == text))
+    };
+    let panicked_oom = after_panic("out of memory");
+    // Starlark refuses one heap allocation over 4 GiB with this panic (a builtin the worker
+    // does not size-check, e.g. `list.extend(range(1000000000))`): more than the whole
+    // address space budget, requested at once.
+    let oversized = after_panic(OVERSIZED_ALLOCATION_PANIC);
+    let failed_allocation =
+        failed_allocation.or_else(|| oversized.then_some(u64::from(u32::MAX) + 1));
+    let panicked_oom = panicked_oom || oversized;
     let aborted = status.signal() == Some(Signal::SIGABRT as i32);
     let exited_with_error = status.code().is_some_and(|c| c != 0);
     if !(aborted || exited_with_error) {
@@ -586,6 +590,9 @@ fn resource_exhaustion(
         ),
     })
 }
+
+/// The message of Starlark's panic for a single heap allocation over `u32::MAX` bytes.
+const OVERSIZED_ALLOCATION_PANIC: &str = "AlignedSize must not exceed u32::MAX";
 
 /// `N` of a `memory allocation of N bytes failed` line.
 fn allocation_failure(line: &str) -> Option<u64> {
@@ -684,6 +691,25 @@ mod tests {
             panic!("{err}")
         };
         assert_eq!((overrun.limit, overrun.measured), (4096, 4096));
+    }
+
+    #[test]
+    fn an_allocation_over_4_gib_is_the_address_space_budget() {
+        let tail = lines(&[
+            "thread '<unnamed>' (9170) panicked at starlark-0.14.3/src/values/layout/avalue.rs:109:13:",
+            "AlignedSize must not exceed u32::MAX",
+            "rho-planner-worker: evaluation failed: the evaluation thread panicked",
+        ]);
+        let err = resource_exhaustion(exited(1), &tail, 1 << 30, 10_000).unwrap();
+        let WorkerError::Resource { overrun, note } = &err else {
+            panic!("{err}")
+        };
+        assert_eq!(overrun.name, "planner_address_space_bytes");
+        assert_eq!((overrun.limit, overrun.measured), (1 << 30, 1 << 32));
+        assert!(
+            note.contains("an allocation of 4294967296 more bytes failed"),
+            "{note}"
+        );
     }
 
     #[test]
