@@ -7,6 +7,7 @@ pub mod agents;
 pub mod cli;
 pub mod config;
 pub mod confinement;
+pub mod containment;
 pub mod interactive;
 pub mod mcp;
 pub mod paths;

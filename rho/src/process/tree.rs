@@ -144,6 +144,7 @@ pub fn launch_shell(
         stdout_fd: out_w.as_raw_fd(),
         stderr_fd: err_w.as_raw_fd(),
         confinement: None,
+        cgroup_procs_fd: None,
     })?;
     // Only the tree holds the write ends now: end of file means every holder is gone.
     drop((shell, dir, stdin, out_w, err_w));

@@ -1134,7 +1134,11 @@ pub(crate) mod tests {
                     push(
                         &mut state,
                         &mut journal,
-                        EventKind::LaunchIntended { node, attempt: 1 },
+                        EventKind::LaunchIntended {
+                            node,
+                            attempt: 1,
+                            cgroup: None,
+                        },
                     );
                 }
                 let running: Vec<String> = state

@@ -245,6 +245,10 @@ pub struct Attempt {
     pub phase: AttemptPhase,
     /// The started process, once known.
     pub process: Option<ProcessIdentity>,
+    /// The cgroup (hierarchy path) holding the attempt's whole process tree, named before
+    /// the process started; recovery and `delete` check it is empty.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cgroup: Option<String>,
     /// How the process ended.
     pub exit: Option<ExitRecord>,
     /// The node state this attempt ended in.
@@ -521,6 +525,10 @@ pub enum EventKind {
         node: String,
         /// The attempt number.
         attempt: u32,
+        /// The cgroup the attempt's process tree will run in, when the owner contains
+        /// trees in cgroups.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        cgroup: Option<String>,
     },
     /// The attempt's process started.
     Launched {
@@ -782,7 +790,11 @@ pub fn apply(state: &mut State, event: &Event) -> Result<(), StateError> {
                 scope.command_exits.remove(node);
             }
         }
-        EventKind::LaunchIntended { node, attempt } => {
+        EventKind::LaunchIntended {
+            node,
+            attempt,
+            cgroup,
+        } => {
             let at = event.at_ms;
             let task = task_mut(root_mut(state), seq, name, node)?;
             let expected = u32::try_from(task.attempts.len())
@@ -803,6 +815,7 @@ pub fn apply(state: &mut State, event: &Event) -> Result<(), StateError> {
                 number: *attempt,
                 phase: AttemptPhase::Intended,
                 process: None,
+                cgroup: cgroup.clone(),
                 exit: None,
                 state: None,
                 reason: None,
@@ -1056,6 +1069,7 @@ mod tests {
                 EventKind::LaunchIntended {
                     node: node(),
                     attempt: 1,
+                    cgroup: None,
                 },
             ),
             ev(
@@ -1083,6 +1097,7 @@ mod tests {
             EventKind::LaunchIntended {
                 node: node(),
                 attempt: 2,
+                cgroup: None,
             },
         ));
         let state = replay(&events).unwrap();
@@ -1103,6 +1118,7 @@ mod tests {
                 EventKind::LaunchIntended {
                     node: "a".into(),
                     attempt: 1,
+                    cgroup: None,
                 },
             ),
             ev(
@@ -1150,6 +1166,7 @@ mod tests {
             EventKind::LaunchIntended {
                 node: "a".into(),
                 attempt: 1,
+                cgroup: None,
             },
         );
         assert!(matches!(
@@ -1161,6 +1178,7 @@ mod tests {
             EventKind::LaunchIntended {
                 node: "zz".into(),
                 attempt: 1,
+                cgroup: None,
             },
         );
         assert!(matches!(
@@ -1172,6 +1190,7 @@ mod tests {
             EventKind::LaunchIntended {
                 node: "a".into(),
                 attempt: 2,
+                cgroup: None,
             },
         );
         assert!(matches!(
@@ -1197,6 +1216,7 @@ mod tests {
             EventKind::LaunchIntended {
                 node: "a".into(),
                 attempt: 1,
+                cgroup: None,
             },
         );
         let json = serde_json::to_value(&e).unwrap();

@@ -29,8 +29,14 @@ pub fn run_delete(args: &DeleteArgs) -> CliResult {
         Err(crate::workflow::store::StoreError::UnknownId { .. }) => {
             // Not a plan: a run (refused while another process owns it).
             let id = runs::resolve(&home, &args.id).map_err(|e| store_error(&e))?;
-            runs::delete(&home, &id).map_err(|e| match e {
+            let survivors = |run: &runs::RunDir| {
+                crate::workflow::runner::live_processes(run).map_err(|e| e.to_string())
+            };
+            runs::delete(&home, &id, survivors).map_err(|e| match e {
                 runs::DeleteError::Store(e) => store_error(&e),
+                alive @ runs::DeleteError::StillAlive { .. } => {
+                    CliError::with_code(ExitCode::NeedsRecovery, alive.to_string())
+                }
                 owned => CliError::operational(owned.to_string()),
             })?;
             print_out(&format!("deleted run {id}\n"))?;

@@ -542,7 +542,7 @@ impl ProgressSink for Progress {
                     );
                 }
             }
-            EventKind::LaunchIntended { node, attempt } => {
+            EventKind::LaunchIntended { node, attempt, .. } => {
                 if text {
                     if !self.live {
                         self.line(&format!("started {node} (attempt {attempt})"));

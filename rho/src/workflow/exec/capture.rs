@@ -30,6 +30,7 @@ use super::{
     CANCEL_POLL, CancelToken, CommandExit, CommandOutcome, CommandSpec, ExecError, ProcessIdentity,
     StreamArtifact,
 };
+use crate::containment::Cgroup;
 
 /// Read size per wake-up of a stream.
 const READ_CHUNK: usize = 64 * 1024;
@@ -289,14 +290,38 @@ pub(super) fn start(launch: Verified, spec: CommandSpec) -> Result<Supervised, E
         stdout_fd: out_w.as_raw_fd(),
         stderr_fd: err_w.as_raw_fd(),
         confinement: spec.confinement.clone(),
+        cgroup_procs_fd: None,
     };
+    let mut request = request;
+    let join = match &spec.cgroup {
+        Some(cgroup) => Some(cgroup.join_handle().map_err(|e| ExecError::Setup {
+            what: "opening the node's cgroup",
+            source: io::Error::other(e.to_string()),
+        })?),
+        None => None,
+    };
+    request.cgroup_procs_fd = join.as_ref().map(AsRawFd::as_raw_fd);
     let started = Instant::now();
-    let child = spawner::launch(request)?;
+    let launched = spawner::launch(request);
+    drop(join);
+    let child = match launched {
+        Ok(child) => child,
+        Err(e) => {
+            // The child failed before executing anything; nothing of it can be left.
+            if let Some(cgroup) = &spec.cgroup
+                && let Err(removal) = cgroup.remove()
+            {
+                tracing::warn!("{removal}");
+            }
+            return Err(e);
+        }
+    };
     // Only the child holds the write ends now, so end of file means every holder is gone.
     drop((stdin, out_w, err_w));
     let guard = GroupGuard {
         pgid: child.pid,
         slot: Some(child.slot),
+        cgroup: spec.cgroup,
     };
     let start_time_ticks = match process_start_time(child.pid) {
         Ok((ticks, _)) => ticks,
@@ -330,11 +355,32 @@ pub(super) fn start(launch: Verified, spec: CommandSpec) -> Result<Supervised, E
     })
 }
 
-/// Kills the group, releases it from the guardian and reaps the leader.
-fn stop_and_reap(pgid: i32, slot: spawner::GuardSlot) -> Option<libc::c_int> {
+/// How long the end of supervision waits for a killed cgroup to empty.
+const CGROUP_EMPTY_LIMIT: Duration = Duration::from_secs(5);
+
+/// Kills the group and the tree's cgroup, releases the group from the guardian, reaps the
+/// leader, and removes the emptied cgroup. `Err` names what outlived the kill.
+fn stop_and_reap(
+    pgid: i32,
+    slot: spawner::GuardSlot,
+    cgroup: Option<&Cgroup>,
+) -> (Option<libc::c_int>, Result<(), String>) {
     signal_group(pgid, Signal::SIGKILL);
+    // Before the leader is reaped: the leader's pid keeps the group id from reuse, and a
+    // detached member (setsid, double fork) is only reachable through the cgroup.
+    let emptied = cgroup.map_or(Ok(()), |c| {
+        c.kill_and_wait(CGROUP_EMPTY_LIMIT)
+            .map_err(|e| e.to_string())
+    });
     slot.release();
-    spawner::reap_blocking(pgid)
+    let status = spawner::reap_blocking(pgid);
+    if emptied.is_ok()
+        && let Some(c) = cgroup
+        && let Err(e) = c.remove()
+    {
+        tracing::warn!("{e}");
+    }
+    (status, emptied)
 }
 
 fn signal_group(pgid: i32, signal: Signal) {
@@ -390,6 +436,11 @@ impl Supervised {
                 Phase::Running if now >= self.deadline => self.terminate(StopReason::Timeout, now),
                 Phase::Terminating { reason, kill_at } if now >= kill_at => {
                     signal_group(pgid, Signal::SIGKILL);
+                    if let Some(cgroup) = &self.guard.cgroup
+                        && let Err(e) = cgroup.kill()
+                    {
+                        tracing::warn!("{e}");
+                    }
                     Phase::Killed {
                         reason,
                         drain_until: now + self.grace,
@@ -446,12 +497,17 @@ impl Supervised {
         }
         // Anything left in the group (a background process that closed its streams) goes
         // now, before the leader's pid, and so the group id, can be reused.
-        let reaped = self
-            .guard
-            .slot
-            .take()
-            .and_then(|slot| stop_and_reap(pgid, slot));
+        let (reaped, emptied) = match self.guard.slot.take() {
+            Some(slot) => stop_and_reap(pgid, slot, self.guard.cgroup.as_ref()),
+            None => (None, Ok(())),
+        };
         let exit = match (phase.reason(), leader, reaped) {
+            // A process of the tree survived SIGKILL: whatever the leader did, the node is
+            // not over.
+            _ if emptied.is_err() => CommandExit::Abnormal(format!(
+                "the process tree could not be stopped: {}",
+                emptied.err().unwrap_or_default()
+            )),
             (Some(StopReason::Cancelled), ..) => CommandExit::Cancelled,
             (Some(StopReason::Timeout), ..) => CommandExit::Timeout,
             (_, Some(WaitStatus::Exited(_, code)), _) => CommandExit::Code(code),
@@ -479,6 +535,10 @@ impl Supervised {
     fn terminate(&self, reason: StopReason, now: Instant) -> Phase {
         tracing::debug!(pgid = self.process.pgid, ?reason, "stopping command group");
         signal_group(self.process.pgid, Signal::SIGTERM);
+        if let Some(cgroup) = &self.guard.cgroup {
+            // Detached members get the same warning and grace as the group.
+            cgroup.signal_members(libc::SIGTERM);
+        }
         Phase::Terminating {
             reason,
             kill_at: now + self.grace,
@@ -525,12 +585,16 @@ struct GroupGuard {
     pgid: i32,
     /// `None` once the group was stopped and its leader reaped.
     slot: Option<spawner::GuardSlot>,
+    /// The tree's cgroup, when it is contained in one.
+    cgroup: Option<Cgroup>,
 }
 
 impl Drop for GroupGuard {
     fn drop(&mut self) {
-        if let Some(slot) = self.slot.take() {
-            stop_and_reap(self.pgid, slot);
+        if let Some(slot) = self.slot.take()
+            && let (_, Err(e)) = stop_and_reap(self.pgid, slot, self.cgroup.as_ref())
+        {
+            tracing::warn!("{e}");
         }
     }
 }

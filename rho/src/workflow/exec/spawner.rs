@@ -52,6 +52,9 @@ pub(crate) struct LaunchRequest {
     pub(crate) stderr_fd: RawFd,
     /// Applied by the child right before `execveat` (read-only access, network denial).
     pub(crate) confinement: Option<std::sync::Arc<crate::confinement::Confinement>>,
+    /// `cgroup.procs` of the cgroup the child joins before anything else can run in it
+    /// (see [`crate::containment::Cgroup::join_handle`]); `None` leaves it in the owner's.
+    pub(crate) cgroup_procs_fd: Option<RawFd>,
 }
 
 /// A child that executed the sealed copy.
@@ -107,7 +110,7 @@ const CHILD_STACK_BYTES: usize = 64 * 1024;
 const GUARDIAN_SLOTS: usize = 4096;
 
 /// Steps of the child, reported when one fails.
-const STAGES: [&str; 11] = [
+const STAGES: [&str; 13] = [
     "stdio redirection",
     "setpgid",
     "(unused)",
@@ -119,6 +122,8 @@ const STAGES: [&str; 11] = [
     "prctl(PR_SET_NO_NEW_PRIVS) for confinement",
     "landlock_restrict_self (read-only or network confinement)",
     "seccomp (read-only or network confinement)",
+    "joining the node's cgroup",
+    "marking inherited descriptors close-on-exec",
 ];
 
 fn spawner() -> Result<&'static Spawner, ExecError> {
@@ -132,7 +137,18 @@ fn spawner() -> Result<&'static Spawner, ExecError> {
 
 fn start_spawner() -> Result<Spawner, String> {
     let slots = shared_slots().map_err(|e| format!("cannot map the guardian's table: {e}"))?;
-    let guardian = start_guardian(slots).map_err(|e| format!("cannot start the guardian: {e}"))?;
+    // Every contained tree sits below the owner root: the guardian kills them all at once.
+    let tree_kill = match crate::containment::owner_root() {
+        Ok(root) => root
+            .kill_handle()
+            .map_err(|e| format!("cannot open {}/cgroup.kill: {e}", root.path()))?,
+        Err(e) => {
+            tracing::debug!("{e}; node trees are bound to the owner by process group only");
+            None
+        }
+    };
+    let guardian =
+        start_guardian(slots, tree_kill).map_err(|e| format!("cannot start the guardian: {e}"))?;
     let (tx, rx) = mpsc::channel::<Job>();
     std::thread::Builder::new()
         .name("rho-exec-spawner".to_owned())
@@ -213,6 +229,21 @@ pub(crate) fn pidfd_open(pid: i32) -> io::Result<OwnedFd> {
     let fd = RawFd::try_from(fd).map_err(|_| io::Error::other("pidfd out of range"))?;
     // SAFETY: the kernel just returned this new descriptor; nothing else owns it.
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// `pidfd_send_signal(2)`: signals exactly the process `pidfd` pins. Failures (the process
+/// is gone) are ignored: the caller re-checks what is left.
+pub(crate) fn pidfd_send_signal(pidfd: &OwnedFd, signal: i32) {
+    // SAFETY: plain system call on a descriptor we own; a null siginfo is allowed.
+    unsafe {
+        libc::syscall(
+            libc::SYS_pidfd_send_signal,
+            pidfd.as_raw_fd(),
+            signal,
+            std::ptr::null::<libc::siginfo_t>(),
+            0_u32,
+        );
+    }
 }
 
 fn spawner_loop(jobs: &mpsc::Receiver<Job>, slots: &'static [AtomicI32]) {
@@ -378,6 +409,13 @@ fn child_exec(plan: &ChildPlan<'_>) -> ! {
         if libc::setpgid(0, 0) < 0 {
             child_fail(plan, 1);
         }
+        // Into the node's cgroup before anything of the node runs: whatever it starts later,
+        // detached or not, stays inside.
+        if let Some(procs) = req.cgroup_procs_fd
+            && libc::write(procs, b"0".as_ptr().cast(), 1) != 1
+        {
+            child_fail(plan, 11);
+        }
         // Registered before the death signal is armed: if the owner dies in between, the
         // parent check below ends this child.
         plan.guard_slot.store(libc::getpid(), Ordering::SeqCst);
@@ -389,12 +427,9 @@ fn child_exec(plan: &ChildPlan<'_>) -> ! {
             libc::_exit(126);
         }
         // Any descriptor a library opened without close-on-exec must not reach the node.
-        libc::syscall(
-            libc::SYS_close_range,
-            3_u32,
-            libc::c_uint::MAX,
-            libc::CLOSE_RANGE_CLOEXEC,
-        );
+        if !cloexec_from(3) {
+            child_fail(plan, 12);
+        }
         if libc::fchdir(req.cwd_fd) < 0 {
             child_fail(plan, 5);
         }
@@ -447,9 +482,14 @@ fn child_fail(plan: &ChildPlan<'_>, stage: i32) -> ! {
     }
 }
 
-/// Forks the guardian and returns the write end of its pipe.
-fn start_guardian(slots: &'static [AtomicI32]) -> io::Result<OwnedFd> {
+/// Forks the guardian and returns the write end of its pipe. `tree_kill` is the owner
+/// root's `cgroup.kill`, written when the owner is gone.
+fn start_guardian(slots: &'static [AtomicI32], tree_kill: Option<OwnedFd>) -> io::Result<OwnedFd> {
     let (read_end, write_end) = pipe2(OFlag::O_CLOEXEC).map_err(io::Error::from)?;
+    // Both above the numbers the guardian moves them to (3 and 4), so neither move can
+    // close the other.
+    let read_end = dup_at_least(&read_end, 10)?;
+    let tree_kill = tree_kill.map(|fd| dup_at_least(&fd, 10)).transpose()?;
     // SAFETY: sigfillset initialises the set before use.
     let full_mask = unsafe {
         let mut set: libc::sigset_t = std::mem::zeroed();
@@ -457,48 +497,71 @@ fn start_guardian(slots: &'static [AtomicI32]) -> io::Result<OwnedFd> {
         set
     };
     let read_fd = read_end.as_raw_fd();
+    let kill_fd = tree_kill.as_ref().map(AsRawFd::as_raw_fd);
     // SAFETY: the child only runs `guardian_main`: system calls and atomic loads, no return.
     let pid = unsafe { libc::fork() };
     if pid < 0 {
         return Err(io::Error::last_os_error());
     }
     if pid == 0 {
-        guardian_main(read_fd, &full_mask, slots);
+        guardian_main(read_fd, kill_fd, &full_mask, slots);
     }
-    drop(read_end);
+    drop((read_end, tree_kill));
     tracing::debug!(guardian = pid, "exec guardian started");
     Ok(write_end)
 }
 
+/// A close-on-exec duplicate of `fd` numbered `min` or above.
+fn dup_at_least(fd: &OwnedFd, min: RawFd) -> io::Result<OwnedFd> {
+    // SAFETY: F_DUPFD_CLOEXEC on a valid descriptor returns a new descriptor we then own.
+    let dup = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_DUPFD_CLOEXEC, min) };
+    if dup < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `dup` is a fresh descriptor owned by nobody else.
+    Ok(unsafe { OwnedFd::from_raw_fd(dup) })
+}
+
 /// The guardian: waits for the owner's end of the pipe to close, then kills every group
-/// still in a slot.
-fn guardian_main(read_fd: RawFd, full_mask: &libc::sigset_t, slots: &[AtomicI32]) -> ! {
+/// still in a slot and every contained tree.
+fn guardian_main(
+    read_fd: RawFd,
+    kill_fd: Option<RawFd>,
+    full_mask: &libc::sigset_t,
+    slots: &[AtomicI32],
+) -> ! {
     // SAFETY (whole block): async-signal-safe system calls on stack memory and atomic loads
     // from the shared mapping only.
     unsafe {
         // Only SIGKILL can stop the guardian; terminal signals to the owner's group miss it.
         libc::sigprocmask(libc::SIG_SETMASK, full_mask, std::ptr::null_mut());
         libc::setpgid(0, 0);
-        // Keep only the pipe: holding anything else (another node's stdout, a lock file)
-        // would change what the owner's other descriptors mean.
-        let fd = if read_fd == 3 {
-            libc::fcntl(3, libc::F_SETFD, 0);
-            3
-        } else if libc::dup3(read_fd, 3, 0) == 3 {
-            3
-        } else {
-            libc::_exit(1)
+        // Keep only the pipe (on 3) and the trees' kill switch (on 4): holding anything
+        // else (another node's stdout, a lock file) would change what the owner's other
+        // descriptors mean. Both sources are numbered 10 or above.
+        if libc::dup3(read_fd, 3, 0) != 3 {
+            libc::_exit(1);
+        }
+        let kill = match kill_fd {
+            Some(fd) if libc::dup3(fd, 4, 0) == 4 => Some(4),
+            Some(_) => libc::_exit(1),
+            None => None,
         };
-        libc::syscall(libc::SYS_close_range, 0_u32, 2_u32, 0_u32);
-        libc::syscall(libc::SYS_close_range, 4_u32, libc::c_uint::MAX, 0_u32);
+        if !close_from(0, 2) || !close_from(if kill.is_some() { 5 } else { 4 }, RawFd::MAX) {
+            // A guardian that may hold node descriptors must not exist.
+            libc::_exit(1);
+        }
         let mut byte = [0_u8; 1];
         loop {
-            let n = libc::read(fd, byte.as_mut_ptr().cast(), 1);
+            let n = libc::read(3, byte.as_mut_ptr().cast(), 1);
             if n < 0 && *libc::__errno_location() == libc::EINTR {
                 continue;
             }
             // Nothing is ever written: any return is end of file (or an error, treated alike).
             break;
+        }
+        if let Some(kill) = kill {
+            libc::write(kill, b"1".as_ptr().cast(), 1);
         }
         for slot in slots {
             let pgid = slot.load(Ordering::SeqCst);
@@ -508,6 +571,75 @@ fn guardian_main(read_fd: RawFd, full_mask: &libc::sigset_t, slots: &[AtomicI32]
         }
         libc::_exit(0)
     }
+}
+
+/// The highest descriptor number to visit when `close_range` is unavailable: the soft
+/// `RLIMIT_NOFILE` (no descriptor can be numbered at or above it).
+fn descriptor_limit() -> RawFd {
+    // SAFETY: getrlimit writes into the struct we pass; async-signal-safe system call.
+    let mut limit: libc::rlimit = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &raw mut limit) } != 0 {
+        return 1 << 20;
+    }
+    RawFd::try_from(limit.rlim_cur.min(1 << 30)).unwrap_or(1 << 20)
+}
+
+/// Closes descriptors `first..=last`: `close_range`, or one `close` per number where the
+/// kernel has no `close_range` (before 5.9). Async-signal-safe. False when neither worked.
+pub(crate) fn close_from(first: RawFd, last: RawFd) -> bool {
+    let (Ok(lo), Ok(hi)) = (u32::try_from(first), u32::try_from(last)) else {
+        return false;
+    };
+    // SAFETY: plain system call with integer arguments.
+    if unsafe { libc::syscall(libc::SYS_close_range, lo, hi, 0_u32) } == 0 {
+        return true;
+    }
+    close_each(first, last)
+}
+
+/// The fallback of [`close_from`].
+pub(crate) fn close_each(first: RawFd, last: RawFd) -> bool {
+    let end = last.min(descriptor_limit().saturating_sub(1));
+    for fd in first..=end {
+        // SAFETY: closing a number we may not hold only fails with EBADF.
+        unsafe { libc::close(fd) };
+    }
+    true
+}
+
+/// Marks every descriptor from `first` up close-on-exec: `close_range(CLOSE_RANGE_CLOEXEC)`,
+/// or `fcntl` per number where the kernel lacks it (before 5.11). Async-signal-safe.
+pub(crate) fn cloexec_from(first: RawFd) -> bool {
+    let Ok(lo) = u32::try_from(first) else {
+        return false;
+    };
+    // SAFETY: plain system call with integer arguments.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_close_range,
+            lo,
+            libc::c_uint::MAX,
+            libc::CLOSE_RANGE_CLOEXEC,
+        )
+    };
+    r == 0 || cloexec_each(first)
+}
+
+/// The fallback of [`cloexec_from`]; false when a descriptor that exists cannot be marked.
+pub(crate) fn cloexec_each(first: RawFd) -> bool {
+    for fd in first..descriptor_limit() {
+        // SAFETY: fcntl on a number we may not hold only fails with EBADF.
+        let flags = unsafe { libc::fcntl(fd, libc::F_GETFD) };
+        if flags < 0 {
+            continue;
+        }
+        // SAFETY: as above, on a descriptor that exists.
+        if unsafe { libc::fcntl(fd, libc::F_SETFD, flags | libc::FD_CLOEXEC) } < 0 {
+            return false;
+        }
+    }
+    true
 }
 
 /// `fcntl(F_DUPFD_CLOEXEC, 3)` when `fd` sits on 0, 1 or 2, so the child's `dup2` of one

@@ -97,6 +97,61 @@ pub fn inspect(home: &RhoHome, run_id: &str) -> Result<(RunDir, Inspection), Run
     ))
 }
 
+/// What may still be alive of every attempt of `run` that did not finish (read without
+/// taking `mutation.lock`; call it while holding the lock to decide anything).
+pub fn live_processes(run: &RunDir) -> Result<Vec<String>, RunError> {
+    if let StoredManifest::Legacy(_) = run.manifest()? {
+        return Ok(Vec::new());
+    }
+    let mut state = run.read_state()?.unwrap_or_else(State::empty);
+    let tail = journal::read_after(&run.events_path(), state.last_event_sequence)?;
+    for event in &tail.events {
+        apply(&mut state, event)?;
+    }
+    let open: Vec<(&str, &crate::workflow::state::Attempt)> = state
+        .root()
+        .tasks
+        .iter()
+        .flat_map(|(id, t)| t.attempts.iter().map(move |a| (id.as_str(), a)))
+        .filter(|(_, a)| a.phase != AttemptPhase::Finished)
+        .collect();
+    Ok(survivors(open))
+}
+
+/// What may still be alive of `attempts` (each `(node, attempt)`): a recorded process or
+/// process group that still exists, or a recorded cgroup that is populated or cannot be
+/// checked (which counts as alive). Each entry reads `node `N` attempt A ...`.
+pub fn survivors<'a>(
+    attempts: impl IntoIterator<Item = (&'a str, &'a crate::workflow::state::Attempt)>,
+) -> Vec<String> {
+    let mut alive = Vec::new();
+    for (node, attempt) in attempts {
+        if let Some(p) = attempt.process
+            && (exec::process_alive(p.pid, p.start_time) || exec::group_alive(p.pgid))
+        {
+            alive.push(format!(
+                "node `{node}` attempt {} process {} (group {})",
+                attempt.number, p.pid, p.pgid
+            ));
+            continue;
+        }
+        if let Some(cgroup) = &attempt.cgroup
+            && let Err(e) = crate::containment::check_empty(cgroup)
+        {
+            alive.push(match e {
+                crate::containment::ContainmentError::Populated { .. } => {
+                    format!("node `{node}` attempt {}: {e}", attempt.number)
+                }
+                other => format!(
+                    "node `{node}` attempt {} (its cgroup cannot be checked: {other})",
+                    attempt.number
+                ),
+            });
+        }
+    }
+    alive
+}
+
 /// Attempt records of a state, flattened for display: `(node, attempt, phase)`.
 pub fn attempt_phases(state: &State) -> Vec<(String, u32, AttemptPhase)> {
     state

@@ -39,7 +39,7 @@ use crate::workflow::store::plans::WorkspaceIdentity;
 use crate::workflow::store::runs::{self, Confirmation, RunDir};
 
 pub use cancel::{CancelAnswer, request_cancel};
-pub use inspect::{Inspection, attempt_phases, inspect};
+pub use inspect::{Inspection, attempt_phases, inspect, live_processes, survivors};
 pub use resume::{ResumeOptions, resume};
 pub use start::start;
 

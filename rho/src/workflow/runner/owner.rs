@@ -317,7 +317,7 @@ impl<'p> Owner<'p> {
         let rendered = match &node.execution {
             Execution::Command { argv0, args, .. } => {
                 template::render_argv(argv0, args, self.state.root(), budgets)
-                    .map(|argv| Work::Command { argv })
+                    .map(|argv| Work::Command { argv, cgroup: None })
             }
             Execution::Shell {
                 executable,
@@ -332,7 +332,7 @@ impl<'p> Owner<'p> {
                 let total: u64 = argv.iter().map(|a| a.len() as u64 + 1).sum();
                 budgets
                     .check("expanded_argv_bytes", total)
-                    .map(|()| Work::Command { argv })
+                    .map(|()| Work::Command { argv, cgroup: None })
                     .map_err(|o| format!("argv: {o}"))
             }
             Execution::Agent { prompt, .. } => {
@@ -340,9 +340,21 @@ impl<'p> Owner<'p> {
                     .map(|prompt| Work::Agent { prompt })
             }
         };
+        // A command's whole tree runs in a cgroup named now, so the record that precedes
+        // the process already says where to look for anything it leaves behind.
+        let mut rendered = rendered;
+        let mut cgroup_path = None;
+        if let (Ok(Work::Command { cgroup, .. }), Ok(root)) =
+            (&mut rendered, crate::containment::owner_root())
+        {
+            let name = format!("{}.{id}.{attempt}", self.run.id());
+            cgroup_path = Some(root.child_path(&name));
+            *cgroup = Some(name);
+        }
         self.record(EventKind::LaunchIntended {
             node: id.to_owned(),
             attempt,
+            cgroup: cgroup_path,
         })?;
         match rendered {
             Ok(work) => Ok(Some(Job {

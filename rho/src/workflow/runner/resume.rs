@@ -9,7 +9,6 @@ use std::sync::Arc;
 use rho_ipc::program::FrozenProgram;
 
 use super::owner::Owner;
-use crate::workflow::exec;
 use crate::workflow::journal::Journal;
 use crate::workflow::state::{EventKind, Lifecycle, NodeState, State, replay};
 use crate::workflow::store::StoreError;
@@ -200,22 +199,18 @@ pub fn resume(
                 attempts: described,
             });
         }
-        for (node, attempt) in &uncertain {
-            if let Some(p) = attempt.process
-                && (exec::process_alive(p.pid, p.start_time) || exec::group_alive(p.pgid))
-            {
-                owner.record(EventKind::OwnerClosed {
-                    reason: "needs_recovery".to_owned(),
-                })?;
-                owner.checkpoint()?;
-                return Err(RunError::StillAlive {
-                    run_id: run_id.to_owned(),
-                    what: format!(
-                        "node `{node}` attempt {} process {} (group {})",
-                        attempt.number, p.pid, p.pgid
-                    ),
-                });
-            }
+        // Every process of those attempts must be gone, detached ones included (their
+        // cgroup), before a new attempt may write beside them.
+        let alive = super::inspect::survivors(uncertain.iter().map(|(n, a)| (n.as_str(), a)));
+        if !alive.is_empty() {
+            owner.record(EventKind::OwnerClosed {
+                reason: "needs_recovery".to_owned(),
+            })?;
+            owner.checkpoint()?;
+            return Err(RunError::StillAlive {
+                run_id: run_id.to_owned(),
+                what: alive.join("; "),
+            });
         }
     }
 

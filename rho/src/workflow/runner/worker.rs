@@ -76,10 +76,20 @@ pub(super) struct Shared {
 
 /// What to run, already rendered by the owner.
 pub(super) enum Work {
-    /// A command or shell node with its full argv.
-    Command { argv: Vec<String> },
+    /// A command or shell node with its full argv, and the name of the cgroup (below this
+    /// owner's root) its tree runs in, as `launch_intended` recorded it.
+    Command {
+        argv: Vec<String>,
+        cgroup: Option<String>,
+    },
     /// An agent node with its rendered prompt.
     Agent { prompt: String },
+}
+
+/// A command attempt's rendered work.
+struct CommandWork<'a> {
+    argv: Vec<String>,
+    cgroup: Option<&'a str>,
 }
 
 /// A message from a worker to the owner.
@@ -156,7 +166,13 @@ pub(super) fn run(
     );
     let dir = AttemptDir::new(&shared.run, &node.id, attempt);
     let result = match work {
-        Work::Command { argv } => run_command(shared, node, attempt, &dir, argv, cancel, tx),
+        Work::Command { argv, cgroup } => {
+            let command = CommandWork {
+                argv,
+                cgroup: cgroup.as_deref(),
+            };
+            run_command(shared, node, attempt, &dir, command, cancel, tx)
+        }
         Work::Agent { prompt } => run_agent(shared, node, attempt, &dir, prompt, cancel),
     };
     let _ = write_status(node, attempt, &dir, &result);
@@ -205,7 +221,7 @@ fn run_command(
     node: &Node,
     attempt: u32,
     attempt_dir: &AttemptDir,
-    argv: Vec<String>,
+    CommandWork { argv, cgroup }: CommandWork<'_>,
     cancel: &CancelToken,
     tx: &Sender<WorkerMsg>,
 ) -> Finished {
@@ -316,6 +332,18 @@ fn run_command(
     );
     spec.cancel = cancel.clone();
     spec.confinement = confinement;
+    if let Some(name) = cgroup {
+        // The journal names this cgroup already: a tree that cannot be put there does not run.
+        match crate::containment::owner_root().and_then(|root| root.create(name)) {
+            Ok(created) => spec.cgroup = Some(created),
+            Err(e) => {
+                return failed_unless_cancelled(
+                    cancel,
+                    format!("cannot contain the process tree: {e}"),
+                );
+            }
+        }
+    }
     crate::workflow::crashpoint::reached("worker:spawn");
     let running = match exec::spawn(launch, spec) {
         Ok(running) => running,

@@ -217,15 +217,30 @@ pub fn list(home: &RhoHome) -> Result<Vec<StoredManifest>, StoreError> {
     Ok(out)
 }
 
-/// Deletes run `id` unless another process holds its `mutation.lock`. The lock is held
+/// Deletes run `id` unless another process holds its `mutation.lock` or `survivors` (asked
+/// under the lock) names a process of the run that may still be alive. The lock is held
 /// while the run is renamed out of sight, so no owner can start on a half-deleted run.
-pub fn delete(home: &RhoHome, id: &str) -> Result<(), DeleteError> {
+pub fn delete(
+    home: &RhoHome,
+    id: &str,
+    survivors: impl FnOnce(&RunDir) -> Result<Vec<String>, String>,
+) -> Result<(), DeleteError> {
     let run = open(home, id)?;
     let Some(lock) = run.try_lock()? else {
         return Err(DeleteError::Owned {
             run_id: id.to_owned(),
         });
     };
+    let alive = survivors(&run).map_err(|reason| DeleteError::Unverifiable {
+        run_id: id.to_owned(),
+        reason,
+    })?;
+    if !alive.is_empty() {
+        return Err(DeleteError::StillAlive {
+            run_id: id.to_owned(),
+            what: alive.join("; "),
+        });
+    }
     let runs = runs_dir(home, false)?.ok_or_else(|| StoreError::UnknownId {
         kind: "run",
         prefix: id.to_owned(),
@@ -251,6 +266,23 @@ pub enum DeleteError {
     Owned {
         /// The run.
         run_id: String,
+    },
+    /// A process of an attempt that never finished may still be running (its owner died):
+    /// deleting the run would hide it.
+    #[error("cannot delete run {run_id}: {what} is still alive; stop it first")]
+    StillAlive {
+        /// The run.
+        run_id: String,
+        /// Which attempts and processes.
+        what: String,
+    },
+    /// Whether a process of the run is still alive could not be established.
+    #[error("cannot delete run {run_id}: cannot tell whether its processes are gone: {reason}")]
+    Unverifiable {
+        /// The run.
+        run_id: String,
+        /// Why.
+        reason: String,
     },
     /// The store failed.
     #[error(transparent)]
