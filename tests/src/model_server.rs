@@ -193,7 +193,37 @@ pub enum Reply {
     },
     /// Read the request and answer nothing for this long (then close): a hung model.
     Hang(Duration),
+    /// Decide the reply from the request body (a model that reads a tool result, such as an
+    /// id, and uses it in its next call). The reply it returns is played as if scripted; a
+    /// `Respond` returned from a `Respond` is an error answered with HTTP 500.
+    Respond(Responder),
 }
+
+/// A reply computed from the request body: see [`Reply::Respond`].
+#[derive(Clone)]
+pub struct Responder(Arc<dyn Fn(&Value) -> Reply + Send + Sync>);
+
+impl Responder {
+    /// Wraps a function of the request's JSON body.
+    pub fn new(respond: impl Fn(&Value) -> Reply + Send + Sync + 'static) -> Self {
+        Self(Arc::new(respond))
+    }
+}
+
+impl std::fmt::Debug for Responder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Responder(..)")
+    }
+}
+
+impl PartialEq for Responder {
+    /// Two responders are equal when they are the same function object.
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+impl Eq for Responder {}
 
 impl Reply {
     /// A text turn.
@@ -637,6 +667,10 @@ fn serve_connection(shared: &Shared, stream: TcpStream) {
         );
         return;
     };
+    let reply = match reply {
+        Reply::Respond(responder) => (responder.0)(&body),
+        reply => reply,
+    };
     let serial = shared.counter.fetch_add(1, Ordering::SeqCst);
     let ctx = RenderContext {
         protocol,
@@ -650,6 +684,13 @@ fn serve_connection(shared: &Shared, stream: TcpStream) {
             retry_after,
             message,
         } => write_error(&mut out, protocol, status, retry_after, &message),
+        Reply::Respond(_) => write_error(
+            &mut out,
+            protocol,
+            500,
+            None,
+            "scripted model: a responder returned another responder",
+        ),
         Reply::Hang(duration) => {
             let deadline = Instant::now() + duration;
             while Instant::now() < deadline && !shared.shutdown.load(Ordering::SeqCst) {
