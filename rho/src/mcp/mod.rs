@@ -388,6 +388,7 @@ impl ServerHandler for McpServer {
         let args = Value::Object(request.arguments.unwrap_or_default());
         let cancel = CancelToken::new();
         let ctx = self.base.clone().with_cancel(cancel.clone());
+        let limit = self.base.summary_limit();
         let registry = Arc::clone(&self.registry);
         // The client may cancel the request (`notifications/cancelled`): the blocking call
         // sees it through its token.
@@ -401,10 +402,9 @@ impl ServerHandler for McpServer {
         watcher.abort();
         let result = match joined {
             Ok(Ok(output)) => {
+                let structured = model_facing_structured(output.structured, &output.summary, limit);
                 let mut result = CallToolResult::success(vec![ContentBlock::text(output.summary)]);
-                if output.structured.is_object() {
-                    result.structured_content = Some(output.structured);
-                }
+                result.structured_content = structured;
                 result
             }
             Ok(Err(error)) => {
@@ -420,5 +420,110 @@ impl ServerHandler for McpServer {
             }
         };
         Ok(CallToolResponse::from(result))
+    }
+}
+
+/// The structured content of a successful result, carrying the summary too.
+///
+/// Claude Code gives its model only `JSON.stringify(structuredContent)` when a result has
+/// one, never the text block, so the line-oriented summary travels inside it as `summary`
+/// (unless the tool already uses that key). When the whole document would exceed the summary
+/// byte limit, only the summary and the top-level scalar members (ids, states, digests) are
+/// kept, and `omitted` names the members left out: what reaches a model stays within the
+/// summary's own bound (plus its JSON escaping and a few short members), whichever part of a
+/// result a client forwards. A non-object result has no structured content.
+fn model_facing_structured(structured: Value, summary: &str, limit: usize) -> Option<Value> {
+    let Value::Object(mut members) = structured else {
+        return None;
+    };
+    members
+        .entry("summary")
+        .or_insert_with(|| Value::from(summary));
+    let whole = Value::Object(members);
+    if serde_json::to_string(&whole).map_or(usize::MAX, |text| text.len()) <= limit {
+        return Some(whole);
+    }
+    let Value::Object(members) = whole else {
+        return None;
+    };
+    let mut kept = serde_json::Map::new();
+    let mut omitted = Vec::new();
+    for (key, value) in members {
+        let small = match &value {
+            Value::Null | Value::Bool(_) | Value::Number(_) => true,
+            Value::String(text) => key == "summary" || text.len() <= 512,
+            Value::Array(_) | Value::Object(_) => false,
+        };
+        if small {
+            kept.insert(key, value);
+        } else {
+            omitted.push(Value::from(key));
+        }
+    }
+    kept.insert("omitted".to_owned(), Value::Array(omitted));
+    Some(Value::Object(kept))
+}
+
+#[cfg(test)]
+mod structured_tests {
+    use serde_json::json;
+
+    use super::model_facing_structured;
+
+    #[test]
+    fn the_summary_travels_in_the_structured_content() {
+        let got = model_facing_structured(json!({"plan_id": "p1"}), "plan_id: p1\n", 1000);
+        assert_eq!(
+            got,
+            Some(json!({"plan_id": "p1", "summary": "plan_id: p1\n"}))
+        );
+    }
+
+    #[test]
+    fn a_tool_summary_member_is_kept() {
+        let got = model_facing_structured(json!({"summary": "theirs"}), "ours", 1000);
+        assert_eq!(got, Some(json!({"summary": "theirs"})));
+    }
+
+    #[test]
+    fn non_objects_have_no_structured_content() {
+        assert_eq!(model_facing_structured(json!(null), "s", 1000), None);
+        assert_eq!(model_facing_structured(json!([1, 2]), "s", 1000), None);
+    }
+
+    #[test]
+    fn an_oversized_document_keeps_the_summary_and_scalars_and_names_what_it_left_out() {
+        let nodes: Vec<_> = (0..200).map(|i| json!({"id": format!("n{i}")})).collect();
+        let structured = json!({
+            "run_id": "r1",
+            "outcome": "success",
+            "exit": 0,
+            "nodes": nodes,
+            "exports": {"a": 1},
+            "long": "x".repeat(600),
+        });
+        let got =
+            model_facing_structured(structured, "run_id: r1\noutcome: success\n", 1000).unwrap();
+        assert_eq!(
+            got,
+            json!({
+                "run_id": "r1",
+                "outcome": "success",
+                "exit": 0,
+                "summary": "run_id: r1\noutcome: success\n",
+                "omitted": ["exports", "long", "nodes"],
+            })
+        );
+        assert!(got.to_string().len() <= 1000);
+    }
+
+    #[test]
+    fn the_edge_of_the_limit_keeps_the_whole_document() {
+        let structured = json!({"a": "b"});
+        let whole = json!({"a": "b", "summary": "s"}).to_string().len();
+        let kept = model_facing_structured(structured.clone(), "s", whole).unwrap();
+        assert_eq!(kept["a"], "b");
+        let cut = model_facing_structured(json!({"a": ["b"]}), "s", 5).unwrap();
+        assert_eq!(cut["omitted"], json!(["a"]));
     }
 }
