@@ -6,9 +6,9 @@
 //! 5 ms goal. A `tools/list` round trip is printed for comparison (no store access). Never
 //! fails on a figure.
 //!
-//! Run with `cargo bench -p rho --bench mcp` after `cargo build --release -p rho -p
-//! rho-planner-worker`; `RHO_BENCH_BIN_DIR` points at other binaries (a debug build:
-//! `target/debug`).
+//! Run with `cargo bench --workspace --bench mcp` after `cargo build --release --workspace`;
+//! `RHO_BENCH_BIN_DIR` points at other binaries. Without release binaries it times the
+//! binaries of the profile it was built in (`--profile dev`: `target/debug`) and says so.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a broken setup should panic
 
 use std::io::{BufRead as _, BufReader, Write as _};
@@ -23,12 +23,25 @@ fn bin_dir() -> PathBuf {
         return PathBuf::from(dir);
     }
     let exe = std::env::current_exe().unwrap_or_default();
-    let target = exe
+    // target/<profile>/deps/mcp-xxxx
+    let profile = exe
         .ancestors()
-        .nth(3)
+        .nth(2)
         .map(Path::to_path_buf)
         .unwrap_or_default();
-    target.join("release")
+    let release = profile
+        .parent()
+        .map(|t| t.join("release"))
+        .unwrap_or_default();
+    if release.join("rho").exists() && release.join("rho-planner-worker").exists() {
+        release
+    } else {
+        println!(
+            "note: no release binaries; timing the binaries in {} (not release figures)",
+            profile.display()
+        );
+        profile
+    }
 }
 
 fn workflow(n: usize) -> String {
