@@ -108,20 +108,19 @@ fn list_shows_plans_and_runs_newest_first_unless_one_kind_is_asked_for() {
     ]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
 
+    // Rho 1.47's document: `plans` and `runs`, each newest first.
     let listed = sandbox.run(&["workflow", "list", "--json"]);
     assert_eq!(listed.status.code(), Some(0), "{}", stderr(&listed));
-    let items: Vec<serde_json::Value> = serde_json::from_slice(&listed.stdout).expect("json");
-    let kinds: Vec<&str> = items
-        .iter()
-        .map(|i| i["kind"].as_str().expect("kind"))
-        .collect();
-    assert_eq!(
-        kinds,
-        ["run", "plan"],
-        "the run was created after its plan: {items:?}"
+    let doc: serde_json::Value = serde_json::from_slice(&listed.stdout).expect("json");
+    let plans = doc["plans"].as_array().expect("plans");
+    let runs = doc["runs"].as_array().expect("runs");
+    assert_eq!((plans.len(), runs.len()), (1, 1), "{doc}");
+    assert_eq!(runs[0]["lifecycle"], "completed");
+    assert_eq!(runs[0]["plan_id"], plans[0]["id"], "the run is of the plan");
+    assert!(
+        runs[0]["created_at_unix_nanos"].as_u64() >= plans[0]["created_at_unix_nanos"].as_u64(),
+        "the run was created after its plan: {doc}"
     );
-    assert_eq!(items[0]["lifecycle"], "completed");
-    assert_eq!(items[0]["plan_id"], items[1]["plan_id"]);
 
     let text = stdout(&sandbox.run(&["workflow", "list"]));
     assert!(
@@ -129,10 +128,18 @@ fn list_shows_plans_and_runs_newest_first_unless_one_kind_is_asked_for() {
         "{text}"
     );
 
-    for (flag, kind) in [("--plans", "plan"), ("--runs", "run")] {
+    for (flag, plans, runs) in [("--plans", 1, 0), ("--runs", 0, 1)] {
         let only = sandbox.run(&["workflow", "list", flag, "--json"]);
-        let items: Vec<serde_json::Value> = serde_json::from_slice(&only.stdout).expect("json");
-        assert_eq!(items.len(), 1, "{flag}: {items:?}");
-        assert_eq!(items[0]["kind"], kind, "{flag}");
+        let doc: serde_json::Value = serde_json::from_slice(&only.stdout).expect("json");
+        assert_eq!(
+            doc["plans"].as_array().map(Vec::len),
+            Some(plans),
+            "{flag}: {doc}"
+        );
+        assert_eq!(
+            doc["runs"].as_array().map(Vec::len),
+            Some(runs),
+            "{flag}: {doc}"
+        );
     }
 }
