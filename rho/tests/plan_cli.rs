@@ -870,3 +870,73 @@ fn a_hardening_report_of_another_sandbox_mode_is_refused() {
     let sent = std::fs::read(env.ws.join("stdin.log")).unwrap_or_default();
     assert!(sent.is_empty(), "the host sent {} bytes", sent.len());
 }
+
+/// The children of `pid` (from `/proc/PID/task/*/children`).
+fn children_of(pid: u32) -> Vec<u32> {
+    let mut children = Vec::new();
+    for task in std::fs::read_dir(format!("/proc/{pid}/task"))
+        .into_iter()
+        .flatten()
+    {
+        let path = task.unwrap().path().join("children");
+        let text = std::fs::read_to_string(path).unwrap_or_default();
+        children.extend(
+            text.split_whitespace()
+                .filter_map(|c| c.parse::<u32>().ok()),
+        );
+    }
+    children
+}
+
+#[test]
+fn a_signal_stops_planning_at_once_and_kills_the_worker() {
+    let env = Env::new();
+    // Enough work for far longer than the wall budget, were the ticks not raised.
+    env.config("[budgets]\nevaluator_ticks = 100000000000\n");
+    env.write(
+        "spin.star",
+        "def spin(n):\n    for i in range(n):\n        pass\n    return n\n\ndef build(inputs):\n    x = [spin(100000) for i in range(100000)]\n    return workflow(name = \"wf\", nodes = [])\n\nWORKFLOW = define(inputs = {}, build = build)\n",
+    );
+    for (command, signal, code, name) in [
+        ("validate", nix::sys::signal::Signal::SIGINT, 130, "SIGINT"),
+        ("plan", nix::sys::signal::Signal::SIGTERM, 143, "SIGTERM"),
+    ] {
+        let child = std::process::Command::new(plan_support::rho_bin())
+            .args(["workflow", command, "spin.star"])
+            .current_dir(&env.ws)
+            .env_clear()
+            .env("RHO_HOME", &env.home)
+            .env("HOME", env.home.parent().unwrap())
+            .env("PATH", "/usr/bin:/bin")
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let pid = child.id();
+        // Wait until the worker runs (it is evaluating from then on).
+        let worker = loop {
+            if let Some(worker) = children_of(pid).first().copied() {
+                break worker;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        };
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        let target = nix::unistd::Pid::from_raw(i32::try_from(pid).unwrap());
+        nix::sys::signal::kill(target, signal).unwrap();
+        let out = child.wait_with_output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        // Exit 130/143, not the wall-time budget (exit 2) 10 s later.
+        assert_eq!(out.status.code(), Some(code), "{command}: {stderr}");
+        assert!(
+            stderr.contains(&format!(
+                "planning stopped by {name}: the planner worker was killed"
+            )),
+            "{stderr}"
+        );
+        assert!(
+            !std::path::Path::new(&format!("/proc/{worker}")).exists(),
+            "the worker {worker} outlived rho"
+        );
+    }
+    assert!(env.plan_dirs().is_empty(), "an interrupted plan was stored");
+}

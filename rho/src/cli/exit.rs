@@ -26,9 +26,10 @@ pub enum ExitCode {
     NeedsRecovery = 7,
     /// `rho run`: the wall-clock timeout or the model-step budget was reached.
     Timeout = 124,
-    /// `rho run`: stopped by SIGINT, after cleanup.
+    /// `rho run`, or planning (`validate`, `plan`, `graph`, `workflow run`): stopped by
+    /// SIGINT, after cleanup.
     Interrupted = 130,
-    /// `rho run`: stopped by SIGTERM, after cleanup.
+    /// `rho run`, or planning: stopped by SIGTERM, after cleanup.
     Terminated = 143,
 }
 

@@ -65,6 +65,19 @@ enum WorkflowCommand {
 
 /// Runs `rho workflow`.
 pub fn run_workflow(args: WorkflowArgs) -> CliResult {
+    if matches!(
+        args.command,
+        WorkflowCommand::Validate(_)
+            | WorkflowCommand::Plan(_)
+            | WorkflowCommand::Graph(_)
+            | WorkflowCommand::Run(_)
+    ) {
+        // Planning commands: SIGINT/SIGTERM stop the planner worker at once (its watchdog
+        // polls for them) and the command ends as interrupted; `run` keeps the same handlers
+        // as its owner's cancellation request.
+        crate::workflow::runner::signals::install()
+            .map_err(|e| CliError::operational(format!("cannot install signal handlers: {e}")))?;
+    }
     match args.command {
         WorkflowCommand::Validate(args) => validate::run_validate(&args),
         WorkflowCommand::Plan(args) => plan::run_plan(&args),
@@ -202,6 +215,13 @@ pub fn node_count_text(count: usize) -> String {
 
 /// The exit code of a planning error.
 pub fn plan_exit_code(error: &PlanError) -> ExitCode {
+    if let PlanError::Worker(WorkerError::Interrupted { signal }) = error {
+        return if *signal == libc::SIGTERM {
+            ExitCode::Terminated
+        } else {
+            ExitCode::Interrupted
+        };
+    }
     if error.is_invalid() {
         ExitCode::Invalid
     } else {

@@ -112,6 +112,9 @@ impl PlanError {
                 diagnostic.message = error.to_string();
                 vec![diagnostic]
             }
+            other @ PlanError::Worker(WorkerError::Interrupted { .. }) => {
+                vec![Diagnostic::new("interrupted", error_chain(other))]
+            }
             other => vec![Diagnostic::new(
                 if other.is_invalid() {
                     "invalid"

@@ -13,7 +13,7 @@ use std::os::unix::process::{CommandExt as _, ExitStatusExt as _};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, ChildStdout, Command, ExitStatus, Stdio};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::sync::mpsc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -120,6 +120,13 @@ pub enum WorkerError {
         #[source]
         source: io::Error,
     },
+    /// SIGINT or SIGTERM reached rho while the worker evaluated (see
+    /// `runner::signals::install`); the worker's process group was killed at once.
+    #[error("planning stopped by {}: the planner worker was killed", signal_name(*signal))]
+    Interrupted {
+        /// The signal number.
+        signal: i32,
+    },
     /// The worker broke the conversation's rules.
     #[error("planner worker protocol error: {problem}")]
     Protocol {
@@ -205,10 +212,16 @@ impl WorkerCommand {
     }
 }
 
-/// Kills the worker's process group when the wall-time budget runs out.
+/// How often the watchdog looks for a SIGINT/SIGTERM recorded by `runner::signals`.
+const SIGNAL_POLL: Duration = Duration::from_millis(20);
+
+/// Kills the worker's process group when the wall-time budget runs out, or at once when
+/// SIGINT or SIGTERM reaches rho (once `runner::signals::install` records them; without the
+/// handlers the signal ends rho and the parent-death signal ends the worker).
 struct Watchdog {
     stop: Option<mpsc::Sender<()>>,
     fired: Arc<AtomicBool>,
+    interrupted: Arc<AtomicI32>,
     thread: Option<JoinHandle<()>>,
 }
 
@@ -218,24 +231,49 @@ impl Watchdog {
     fn start(pgid: Pid, budget: Duration) -> io::Result<Self> {
         let (stop, stopped) = mpsc::channel::<()>();
         let fired = Arc::new(AtomicBool::new(false));
-        let flag = Arc::clone(&fired);
+        let interrupted = Arc::new(AtomicI32::new(0));
+        let (flag, signalled) = (Arc::clone(&fired), Arc::clone(&interrupted));
+        let deadline = Instant::now() + budget;
         let thread = std::thread::Builder::new()
             .name("planner-watchdog".to_owned())
             .spawn(move || {
-                if let Err(mpsc::RecvTimeoutError::Timeout) = stopped.recv_timeout(budget) {
-                    flag.store(true, Ordering::SeqCst);
-                    let _ = killpg(pgid, Signal::SIGKILL);
+                loop {
+                    if let Some(signal) = crate::workflow::runner::signals::received() {
+                        signalled.store(signal, Ordering::SeqCst);
+                        let _ = killpg(pgid, Signal::SIGKILL);
+                        return;
+                    }
+                    let left = deadline.saturating_duration_since(Instant::now());
+                    if left.is_zero() {
+                        flag.store(true, Ordering::SeqCst);
+                        let _ = killpg(pgid, Signal::SIGKILL);
+                        return;
+                    }
+                    match stopped.recv_timeout(left.min(SIGNAL_POLL)) {
+                        Err(mpsc::RecvTimeoutError::Timeout) => {}
+                        // Disarmed: the conversation is over.
+                        Ok(()) | Err(mpsc::RecvTimeoutError::Disconnected) => return,
+                    }
                 }
             })?;
         Ok(Self {
             stop: Some(stop),
             fired,
+            interrupted,
             thread: Some(thread),
         })
     }
 
     fn fired(&self) -> bool {
         self.fired.load(Ordering::SeqCst)
+    }
+
+    /// The signal that made the watchdog kill the worker, if one did.
+    fn interrupted(&self) -> Option<i32> {
+        match self.interrupted.load(Ordering::SeqCst) {
+            0 => None,
+            signal => Some(signal),
+        }
     }
 
     fn disarm(&mut self) {
@@ -438,8 +476,8 @@ impl Conversation {
             let _ = killpg(self.pgid, Signal::SIGKILL);
         }
         self.watchdog.disarm();
-        if self.watchdog.fired() {
-            return self.wall_time();
+        if let Some(stopped) = self.stopped_by_watchdog() {
+            return stopped;
         }
         let Some(reaped) = self.reaped else {
             return self.failure(format!("{what}; its exit status is unknown"));
@@ -458,10 +496,18 @@ impl Conversation {
 
     fn fail_protocol(&mut self, problem: String) -> WorkerError {
         self.kill_and_reap();
-        if self.watchdog.fired() {
-            return self.wall_time();
+        if let Some(stopped) = self.stopped_by_watchdog() {
+            return stopped;
         }
         WorkerError::Protocol { problem }
+    }
+
+    /// The error for a worker the watchdog killed (a signal to rho, or the wall time).
+    fn stopped_by_watchdog(&self) -> Option<WorkerError> {
+        if let Some(signal) = self.watchdog.interrupted() {
+            return Some(WorkerError::Interrupted { signal });
+        }
+        self.watchdog.fired().then(|| self.wall_time())
     }
 
     fn wall_time(&self) -> WorkerError {
@@ -475,8 +521,8 @@ impl Conversation {
     }
 
     fn failure(&mut self, what: String) -> WorkerError {
-        if self.watchdog.fired() {
-            return self.wall_time();
+        if let Some(stopped) = self.stopped_by_watchdog() {
+            return stopped;
         }
         WorkerError::Failed {
             what,
@@ -603,6 +649,11 @@ fn allocation_failure(line: &str) -> Option<u64> {
     } else {
         None
     }
+}
+
+/// `SIGINT` for 2.
+fn signal_name(signal: i32) -> String {
+    Signal::try_from(signal).map_or_else(|_| format!("signal {signal}"), |s| s.as_str().to_owned())
 }
 
 /// `exit status 3`, `killed by signal SIGSEGV (core dumped)`.
