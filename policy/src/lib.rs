@@ -30,7 +30,8 @@ pub use hooks::{
 };
 pub use mode::{ModeSelection, ModeSource, PermissionMode, narrow, select_mode};
 pub use request::{
-    CommandRequest, ExecutableIdentity, OperationClass, PermissionRequest, ToolRequest,
+    CommandRequest, ExecutableIdentity, InterpreterIdentity, OperationClass, PermissionRequest,
+    ToolRequest,
 };
 pub use trust::{
     CurrentTrust, TrustKind, TrustOverrides, TrustRequirement, TrustStore, check_trust,

@@ -70,6 +70,22 @@ pub struct ExecutableIdentity {
     pub sha256: String,
 }
 
+/// The frozen interpreter that actually runs a script: the kernel does not execute a script
+/// itself, it runs this program with the shebang's arguments and the script's path.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct InterpreterIdentity {
+    /// The resolved interpreter binary recorded in the confirmed program (for
+    /// `#!/usr/bin/env NAME`, NAME as found on `PATH` at planning).
+    pub path: PathBuf,
+    /// Lowercase hex SHA-256 of the interpreter's content at confirmation.
+    pub sha256: String,
+    /// The shebang's interpreter as written (`/usr/bin/env`, `/bin/sh`).
+    pub shebang: String,
+    /// The shebang's arguments, passed before the script (after NAME for `env`).
+    pub arguments: Vec<String>,
+}
+
 /// The `workflow_command` request: one attempt of one command node, with the frozen process
 /// facts a responder, classifier or hook judges. Serializes to the JSON a classifier
 /// executable receives.
@@ -86,6 +102,9 @@ pub struct CommandRequest {
     pub attempt: u32,
     /// The program to execute.
     pub executable: ExecutableIdentity,
+    /// The interpreter that runs `executable` when it is a script; `None` for a binary.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interpreter: Option<InterpreterIdentity>,
     /// Full argument vector, `argv[0]` included.
     pub argv: Vec<String>,
     /// Working directory.
@@ -119,7 +138,15 @@ impl fmt::Display for CommandRequest {
             self.executable.path.display(),
             self.argv,
             self.cwd.display()
-        )
+        )?;
+        if let Some(interpreter) = &self.interpreter {
+            write!(f, " (script run by {}", interpreter.path.display())?;
+            if !interpreter.arguments.is_empty() {
+                write!(f, " {:?}", interpreter.arguments)?;
+            }
+            f.write_str(")")?;
+        }
+        Ok(())
     }
 }
 
@@ -232,6 +259,7 @@ pub(crate) mod tests {
                 path: PathBuf::from("/usr/bin/make"),
                 sha256: "cd".repeat(32),
             },
+            interpreter: None,
             argv: vec!["make".to_owned(), "-j2".to_owned()],
             cwd: PathBuf::from("/work/project"),
             environment_policy: "inherit_filtered".to_owned(),

@@ -99,6 +99,7 @@ impl Fixture {
                 path: PathBuf::from("/usr/bin/rsync"),
                 sha256: "cd".repeat(32),
             },
+            interpreter: None,
             argv: vec!["rsync".to_owned(), "-a".to_owned()],
             cwd: self.workspace.clone(),
             environment_policy: "minimal".to_owned(),

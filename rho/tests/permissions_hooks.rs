@@ -93,6 +93,7 @@ impl Fixture {
                 path: PathBuf::from("/usr/bin/make"),
                 sha256: "cd".repeat(32),
             },
+            interpreter: None,
             argv: vec!["make".to_owned(), "-j2".to_owned()],
             cwd: self.workspace.clone(),
             environment_policy: "minimal".to_owned(),

@@ -1061,3 +1061,50 @@ fn credentials_in_the_owner_environment_never_reach_a_node() {
         );
     }
 }
+
+#[test]
+fn a_hook_sees_the_frozen_interpreter_and_shebang_arguments_of_a_script() {
+    let env = Env::new();
+    let event_file = env.scratch.join("event.json");
+    let recorder = env.script(
+        &env.scratch.join("record.sh"),
+        &format!(
+            "cat > '{}'\necho '{{\"version\":1,\"decision\":\"continue\"}}'",
+            event_file.display()
+        ),
+    );
+    env.user_hooks(&[(
+        "record",
+        "before_tool_use",
+        vec![recorder.display().to_string()],
+    )]);
+    // The script's own interpreter, found through `env -S`, with a shebang argument.
+    env.script(&env.ws.join("tool.sh"), "true");
+    std::fs::write(env.ws.join("tool.sh"), "#!/usr/bin/env -S sh -e\ntrue\n").unwrap();
+    env.workflow(&[node("a", r#"["./tool.sh", "x"]"#)]);
+    let out = env.run(&["--permission-mode", "bypass"]);
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    let event: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&event_file).unwrap()).unwrap();
+    let payload = &event["payload"];
+    assert_eq!(
+        payload["executable"]["path"],
+        env.ws.join("tool.sh").to_str().unwrap(),
+        "{payload}"
+    );
+    let interpreter = &payload["interpreter"];
+    let sh = std::fs::canonicalize("/bin/sh").unwrap();
+    assert_eq!(interpreter["path"], sh.to_str().unwrap(), "{payload}");
+    assert_eq!(interpreter["shebang"], "/usr/bin/env", "{payload}");
+    assert_eq!(
+        interpreter["arguments"],
+        serde_json::json!(["-e"]),
+        "{payload}"
+    );
+    assert_eq!(
+        interpreter["sha256"].as_str().map(str::len),
+        Some(64),
+        "{payload}"
+    );
+    assert_eq!(payload["arguments"], serde_json::json!(["./tool.sh", "x"]));
+}

@@ -9,7 +9,8 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 
 use crate::request::{
-    CommandRequest, ExecutableIdentity, OperationClass, PermissionRequest, ToolRequest,
+    CommandRequest, ExecutableIdentity, InterpreterIdentity, OperationClass, PermissionRequest,
+    ToolRequest,
 };
 
 use super::{HOOK_BASE_ENV, HOOK_EVENT_SCHEMA_VERSION, HookEventName, HookSpec};
@@ -46,6 +47,10 @@ pub struct CapabilityPayload {
     /// The program and its digest (command nodes).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub executable: Option<ExecutableIdentity>,
+    /// The interpreter that actually runs the executable when it is a script (command
+    /// nodes): its frozen path, digest, shebang and shebang arguments.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interpreter: Option<InterpreterIdentity>,
     /// Full argv (command nodes).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub arguments: Option<Vec<String>>,
@@ -99,6 +104,7 @@ impl HookEvent {
                 operation: req.operation_class(),
                 working_directory: req.cwd.clone(),
                 executable: Some(req.executable.clone()),
+                interpreter: req.interpreter.clone(),
                 arguments: Some(req.argv.clone()),
                 environment_policy: Some(req.environment_policy.clone()),
                 summary: None,
@@ -120,6 +126,7 @@ impl HookEvent {
                 operation: req.operation,
                 working_directory: req.working_directory.clone(),
                 executable: None,
+                interpreter: None,
                 arguments: None,
                 environment_policy: None,
                 summary: Some(req.summary.clone()),

@@ -350,6 +350,7 @@ mod tests {
                 path: PathBuf::from("/usr/bin/rsync"),
                 sha256: "cd".repeat(32),
             },
+            interpreter: None,
             argv: vec![
                 "rsync".to_owned(),
                 "-a".to_owned(),

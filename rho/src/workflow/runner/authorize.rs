@@ -182,6 +182,7 @@ mod tests {
                 path: PathBuf::from("/usr/bin/true"),
                 sha256: "00".into(),
             },
+            interpreter: None,
             argv: vec!["true".into()],
             cwd: PathBuf::from("/"),
             environment_policy: "inherit_except_credentials".into(),

@@ -19,7 +19,7 @@ use rho_ipc::data::Data;
 use rho_ipc::digest::sha256_tagged;
 use rho_ipc::program::{Execution, FrozenProgram, Node, Schema};
 use rho_policy::hooks::HostLabels;
-use rho_policy::{CommandRequest, ExecutableIdentity, HookEventName};
+use rho_policy::{CommandRequest, ExecutableIdentity, HookEventName, InterpreterIdentity};
 
 use super::agent::{AgentExecutor, AgentRequest};
 use super::authorize::{CommandAuthorizer, CountersUpdate, HookFailure, RunObserver, Verdict};
@@ -246,6 +246,23 @@ fn run_command(
             )),
             sha256: program.file.sha256.trim_start_matches("sha256:").to_owned(),
         },
+        // A script is run by its frozen interpreter: hooks and approvers judge what runs.
+        interpreter: program
+            .interpreter
+            .as_ref()
+            .map(|interpreter| InterpreterIdentity {
+                path: PathBuf::from(display_location(
+                    &interpreter.file.location,
+                    Some(&shared.workspace),
+                )),
+                sha256: interpreter
+                    .file
+                    .sha256
+                    .trim_start_matches("sha256:")
+                    .to_owned(),
+                shebang: interpreter.shebang.clone(),
+                arguments: interpreter.args.clone(),
+            }),
         argv: argv.clone(),
         cwd: workspace_path(&shared.workspace, &cwd.path),
         environment_policy: shared.program.environment.name.clone(),
