@@ -621,3 +621,62 @@ fn cancel_and_resume_documents_have_rhos_shape() {
     );
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
+
+/// The instructions `rho ARGS` (an MCP server) answers `initialize` with.
+fn mcp_instructions(env: &Env, args: &[&str]) -> String {
+    use std::io::{BufRead as _, Write as _};
+    let mut child = std::process::Command::new(plan_support::rho_bin())
+        .args(args)
+        .current_dir(&env.ws)
+        .env_clear()
+        .env("RHO_HOME", &env.home)
+        .env("HOME", env.home.parent().unwrap())
+        .env("PATH", "/usr/bin:/bin")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let initialize = serde_json::json!({
+        "jsonrpc": "2.0", "id": 1, "method": "initialize",
+        "params": {
+            "protocolVersion": "2025-11-25",
+            "capabilities": {},
+            "clientInfo": {"name": "rho-compat-test", "version": "0"},
+        },
+    });
+    writeln!(stdin, "{initialize}").unwrap();
+    stdin.flush().unwrap();
+    let mut stdout = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    let read = stdout.read_line(&mut line).unwrap();
+    // Closing stdin ends the server.
+    drop(stdin);
+    let status = child.wait().unwrap();
+    assert!(read > 0, "rho mcp answered nothing (exit {status})");
+    let answer: Value = serde_json::from_str(&line).unwrap();
+    answer["result"]["instructions"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no instructions in {answer}"))
+        .to_owned()
+}
+
+#[test]
+fn root_config_and_mode_reach_the_mcp_server() {
+    let env = Env::new();
+    let config = env.write("custom.toml", "[behavior]\npermission_mode = \"plan\"\n");
+    let config = config.to_str().unwrap();
+    assert!(mcp_instructions(&env, &["mcp"]).contains("Permission mode: bypass"));
+    for args in [
+        &["--config", config, "mcp"][..],
+        &["mcp", "--config", config][..],
+        &["--permission-mode", "plan", "mcp"][..],
+    ] {
+        let instructions = mcp_instructions(&env, args);
+        assert!(
+            instructions.contains("Permission mode: plan"),
+            "{args:?}: {instructions}"
+        );
+    }
+}
