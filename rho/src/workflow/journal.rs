@@ -46,6 +46,15 @@ pub enum JournalError {
         /// What is wrong.
         problem: String,
     },
+    /// The journal is not a private regular file of this user (a FIFO, a device, another
+    /// owner's file, or one others can read or write).
+    #[error("journal {}: {problem}", path.display())]
+    Unsafe {
+        /// The journal file.
+        path: PathBuf,
+        /// What is wrong with it.
+        problem: String,
+    },
     /// A record could not be serialized.
     #[error("journal {}: cannot encode record {seq}", path.display())]
     Encode {
@@ -215,11 +224,59 @@ fn line_seq(line: &[u8]) -> Option<u64> {
 }
 
 fn open_read(path: &Path) -> Result<File, JournalError> {
-    OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+    let mut options = OpenOptions::new();
+    options.read(true);
+    open_checked(path, &mut options, "open for reading")
+}
+
+/// Opens an existing journal without following a link and without blocking (a FIFO put in
+/// its place would otherwise hang the open), then checks, on the descriptor, that it is a
+/// regular file owned by this user that nobody else can read or write — the checks
+/// `state.json` gets.
+fn open_checked(
+    path: &Path,
+    options: &mut OpenOptions,
+    action: &'static str,
+) -> Result<File, JournalError> {
+    let file = options
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK)
         .open(path)
-        .map_err(|source| io_err(path, "open for reading", source))
+        .map_err(|source| {
+            if source.raw_os_error() == Some(libc::ELOOP) {
+                JournalError::Unsafe {
+                    path: path.to_owned(),
+                    problem: "is a symbolic link".to_owned(),
+                }
+            } else {
+                io_err(path, action, source)
+            }
+        })?;
+    let facts = crate::workflow::identity::FileFacts::of(std::os::fd::AsFd::as_fd(&file))
+        .map_err(|source| io_err(path, "inspect", source))?;
+    let unsafe_because = |problem: String| JournalError::Unsafe {
+        path: path.to_owned(),
+        problem,
+    };
+    if !facts.is_regular() {
+        return Err(unsafe_because(format!(
+            "is not a regular file (file type {:o})",
+            facts.mode & libc::S_IFMT
+        )));
+    }
+    let uid = nix::unistd::geteuid().as_raw();
+    if facts.uid != uid {
+        return Err(unsafe_because(format!(
+            "is owned by uid {}, not by this user (uid {uid})",
+            facts.uid
+        )));
+    }
+    if facts.mode & 0o077 != 0 {
+        return Err(unsafe_because(format!(
+            "has mode {:o}; others may read or write it (expected no group or other bits)",
+            facts.mode & 0o7777
+        )));
+    }
+    Ok(file)
 }
 
 fn io_err(path: &Path, action: &'static str, source: std::io::Error) -> JournalError {
@@ -273,12 +330,11 @@ impl Journal {
     /// (including the repair record).
     pub fn open(path: &Path) -> Result<(Journal, Vec<Event>), JournalError> {
         let mut contents = read(path)?;
-        let file = OpenOptions::new()
-            .read(true)
-            .append(true)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-            .open(path)
-            .map_err(|source| io_err(path, "open for appending", source))?;
+        let file = open_checked(
+            path,
+            OpenOptions::new().read(true).append(true),
+            "open for appending",
+        )?;
         let last = contents.events.last().map_or(0, |e| e.seq);
         let mut journal = Journal {
             path: path.to_owned(),
@@ -375,6 +431,7 @@ impl Journal {
 mod tests {
     use super::*;
     use crate::workflow::state::{Lifecycle, replay};
+    use std::os::unix::fs::PermissionsExt as _;
 
     fn created() -> EventKind {
         EventKind::RunCreated {
@@ -406,6 +463,46 @@ mod tests {
                 .contains("does not match")
         );
         assert_eq!(line_seq(bytes), Some(1));
+    }
+
+    #[test]
+    fn a_fifo_or_a_loose_journal_is_refused_without_hanging() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("events.jsonl");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+        let err = read(&fifo).unwrap_err();
+        assert!(err.to_string().contains("is not a regular file"), "{err}");
+        assert!(matches!(
+            Journal::open(&fifo),
+            Err(JournalError::Unsafe { .. })
+        ));
+
+        let loose = dir.path().join("loose.jsonl");
+        let mut j = Journal::create(&loose).unwrap();
+        j.append(created()).unwrap();
+        j.sync().unwrap();
+        drop(j);
+        std::fs::set_permissions(&loose, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let err = read(&loose).unwrap_err();
+        assert!(err.to_string().contains("has mode 644"), "{err}");
+        assert!(matches!(
+            Journal::open(&loose),
+            Err(JournalError::Unsafe { .. })
+        ));
+        std::fs::set_permissions(&loose, std::fs::Permissions::from_mode(0o600)).unwrap();
+        if nix::unistd::geteuid().is_root() {
+            std::os::unix::fs::chown(&loose, Some(4242), None).unwrap();
+            let err = read(&loose).unwrap_err();
+            assert!(err.to_string().contains("owned by uid 4242"), "{err}");
+        }
+        let link = dir.path().join("link.jsonl");
+        std::os::unix::fs::symlink(&loose, &link).unwrap();
+        assert!(
+            read(&link)
+                .unwrap_err()
+                .to_string()
+                .contains("symbolic link")
+        );
     }
 
     #[test]

@@ -6,6 +6,7 @@ use crate::paths::RhoHome;
 use crate::workflow::exec;
 use crate::workflow::journal::{self};
 use crate::workflow::state::{AttemptPhase, Lifecycle, State, apply};
+use crate::workflow::store::StoreError;
 use crate::workflow::store::runs::{self, RunDir, StoredManifest};
 
 use super::{RunError, describe_attempt};
@@ -61,11 +62,7 @@ pub fn inspect(home: &RhoHome, run_id: &str) -> Result<(RunDir, Inspection), Run
             },
         ));
     }
-    let mut state = run.read_state()?.unwrap_or_else(State::empty);
-    let tail = journal::read_after(&run.events_path(), state.last_event_sequence)?;
-    for event in &tail.events {
-        apply(&mut state, event)?;
-    }
+    let (state, torn_bytes) = checked_state(&run)?;
     let owner_dead = state
         .owner
         .as_ref()
@@ -83,7 +80,6 @@ pub fn inspect(home: &RhoHome, run_id: &str) -> Result<(RunDir, Inspection), Run
                 .map(|(n, a)| describe_attempt(n, a)),
         );
     }
-    let torn_bytes = tail.torn_bytes;
     Ok((
         run,
         Inspection {
@@ -97,17 +93,62 @@ pub fn inspect(home: &RhoHome, run_id: &str) -> Result<(RunDir, Inspection), Run
     ))
 }
 
+/// The run's state replayed from its journal, with the `state.json` snapshot checked
+/// against the same prefix of it: a snapshot ahead of the journal or different from its
+/// replay (a hand edit, a stale copy) is corruption, never believed. Returns the state and
+/// the bytes of a torn journal tail (its writer may still be writing it).
+fn checked_state(run: &RunDir) -> Result<(State, u64), RunError> {
+    let snapshot = run.read_state()?;
+    let contents = journal::read(&run.events_path())?;
+    let corrupt = |problem: String| {
+        RunError::Store(StoreError::Corrupt {
+            path: run.dir().entry_path(runs::STATE_FILE),
+            problem,
+        })
+    };
+    let mut state = State::empty();
+    let mut checked = snapshot.is_none();
+    for event in &contents.events {
+        if let Some(snap) = &snapshot
+            && !checked
+            && state.last_event_sequence == snap.last_event_sequence
+        {
+            if &state != snap {
+                return Err(corrupt(format!(
+                    "it differs from a replay of events.jsonl up to record {} (edited by hand?)",
+                    snap.last_event_sequence
+                )));
+            }
+            checked = true;
+        }
+        apply(&mut state, event)?;
+    }
+    if let Some(snap) = &snapshot
+        && !checked
+    {
+        if snap.last_event_sequence > state.last_event_sequence {
+            return Err(corrupt(format!(
+                "it claims journal record {}, but events.jsonl ends at record {}",
+                snap.last_event_sequence, state.last_event_sequence
+            )));
+        }
+        if &state != snap {
+            return Err(corrupt(format!(
+                "it differs from a replay of events.jsonl up to record {} (edited by hand?)",
+                snap.last_event_sequence
+            )));
+        }
+    }
+    Ok((state, contents.torn_bytes))
+}
+
 /// What may still be alive of every attempt of `run` that did not finish (read without
 /// taking `mutation.lock`; call it while holding the lock to decide anything).
 pub fn live_processes(run: &RunDir) -> Result<Vec<String>, RunError> {
     if let StoredManifest::Legacy(_) = run.manifest()? {
         return Ok(Vec::new());
     }
-    let mut state = run.read_state()?.unwrap_or_else(State::empty);
-    let tail = journal::read_after(&run.events_path(), state.last_event_sequence)?;
-    for event in &tail.events {
-        apply(&mut state, event)?;
-    }
+    let (state, _) = checked_state(run)?;
     let open: Vec<(&str, &crate::workflow::state::Attempt)> = state
         .root()
         .tasks

@@ -277,7 +277,9 @@ impl PrivateDir {
         let fd = match openat(
             self.fd(),
             name,
-            OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+            // Non-blocking: opening a FIFO put in a file's place must not hang; its type is
+            // refused below.
+            OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC | OFlag::O_NONBLOCK,
             Mode::empty(),
         ) {
             Ok(fd) => fd,
@@ -457,6 +459,28 @@ mod tests {
         home.write_atomic("a", b"two").unwrap();
         assert_eq!(home.read_private("a", 10).unwrap(), b"two");
         assert_eq!(home.all_entries().unwrap(), vec!["a".to_owned()]);
+    }
+
+    #[test]
+    fn a_fifo_in_a_files_place_is_refused_without_hanging() {
+        let (_tmp, home) = home();
+        for name in ["graph.json", "manifest.json", "state.json", "trust.json"] {
+            nix::unistd::mkfifo(
+                &home.entry_path(name),
+                nix::sys::stat::Mode::from_bits_truncate(0o600),
+            )
+            .unwrap();
+            assert!(
+                matches!(
+                    home.read_private(name, 1 << 20),
+                    Err(StoreError::WrongType {
+                        expected: "regular file",
+                        ..
+                    })
+                ),
+                "{name}"
+            );
+        }
     }
 
     #[test]

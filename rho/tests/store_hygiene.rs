@@ -1,0 +1,149 @@
+//! Store hygiene through the real binary: a FIFO in place of any store file fails at once
+//! with an error naming it (never hangs), the journal gets `state.json`'s owner and mode
+//! checks, and `status` believes a `state.json` only when a replay of the journal agrees.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::os::unix::fs::PermissionsExt as _;
+use std::path::Path;
+use std::process::{Output, Stdio};
+use std::time::{Duration, Instant};
+
+mod run_support;
+use run_support::{Env, code, node, text};
+
+/// Runs `rho args`, failing the test if it is still running after 20 s (and killing it).
+fn bounded(env: &Env, args: &[&str]) -> Output {
+    let mut child = env
+        .command(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        if child.try_wait().unwrap().is_some() {
+            return child.wait_with_output().unwrap();
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("`rho {}` hung", args.join(" "));
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// A finished one-node run; returns its id.
+fn finished_run(env: &Env) -> String {
+    let source = format!(
+        "def build(inputs):\n    return workflow(name = \"h\", nodes = [{}], exports = {{}})\n\nWORKFLOW = define(inputs = {{}}, build = build)\n",
+        node("a", "", r#"["true"]"#)
+    );
+    env.write("wf.star", &source);
+    let plan_id = env.plan("wf.star");
+    let before = env.run_ids();
+    let out = env.rho(&["workflow", "run", &plan_id, "--yes"]);
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    env.run_ids().difference(&before).next().unwrap().clone()
+}
+
+fn replace_with_fifo(path: &Path) {
+    std::fs::remove_file(path).unwrap();
+    nix::unistd::mkfifo(path, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+}
+
+#[test]
+fn a_fifo_anywhere_in_a_run_fails_status_and_resume_at_once_naming_the_file() {
+    for file in ["events.jsonl", "state.json", "manifest.json", "graph.json"] {
+        let env = Env::new();
+        let id = finished_run(&env);
+        replace_with_fifo(&env.run_dir(&id).join(file));
+        let mut commands = vec![vec!["workflow", "resume", id.as_str(), "--yes"]];
+        if file != "graph.json" {
+            // `status` never reads the graph.
+            commands.push(vec!["workflow", "status", id.as_str()]);
+        }
+        for args in commands {
+            let out = bounded(&env, &args);
+            assert_ne!(code(&out), 0, "{file}: {}", text(&out));
+            assert!(
+                text(&out).contains(file)
+                    && (text(&out).contains("regular file")
+                        || text(&out).contains("not a regular")),
+                "{file} with {args:?}: {}",
+                text(&out)
+            );
+        }
+    }
+}
+
+#[test]
+fn a_fifo_as_trust_json_fails_trust_at_once() {
+    let env = Env::new();
+    let ws = env.ws.to_string_lossy().into_owned();
+    let out = env.rho(&["trust", "add", &ws]);
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    replace_with_fifo(&env.home.join("trust.json"));
+    let out = bounded(&env, &["trust", "list"]);
+    assert_ne!(code(&out), 0, "{}", text(&out));
+    assert!(text(&out).contains("trust.json"), "{}", text(&out));
+}
+
+#[test]
+fn a_journal_others_can_read_is_refused_like_state_json() {
+    let env = Env::new();
+    let id = finished_run(&env);
+    let journal = env.run_dir(&id).join("events.jsonl");
+    std::fs::set_permissions(&journal, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let out = env.rho(&["workflow", "status", &id]);
+    assert_eq!(code(&out), 1, "{}", text(&out));
+    assert!(
+        text(&out).contains("events.jsonl") && text(&out).contains("mode 644"),
+        "{}",
+        text(&out)
+    );
+    std::fs::set_permissions(&journal, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let out = env.rho(&["workflow", "status", &id]);
+    assert_eq!(code(&out), 0, "{}", text(&out));
+}
+
+#[test]
+fn status_refuses_a_state_json_that_the_journal_does_not_back() {
+    let env = Env::new();
+    let id = finished_run(&env);
+    let path = env.run_dir(&id).join("state.json");
+    let original = std::fs::read_to_string(&path).unwrap();
+    let write = |doc: &serde_json::Value| {
+        std::fs::write(&path, serde_json::to_vec(doc).unwrap()).unwrap();
+    };
+
+    // A different outcome for the same journal prefix.
+    let mut edited: serde_json::Value = serde_json::from_str(&original).unwrap();
+    edited["scopes"]["s0"]["tasks"]["a"]["state"] = "failure".into();
+    write(&edited);
+    let out = env.rho(&["workflow", "status", &id]);
+    assert_eq!(code(&out), 1, "{}", text(&out));
+    assert!(
+        text(&out).contains("state.json") && text(&out).contains("differs from a replay"),
+        "{}",
+        text(&out)
+    );
+
+    // A snapshot that claims records the journal does not have.
+    let mut ahead: serde_json::Value = serde_json::from_str(&original).unwrap();
+    let last = ahead["last_event_sequence"].as_u64().unwrap();
+    ahead["last_event_sequence"] = (last + 5).into();
+    write(&ahead);
+    let out = env.rho(&["workflow", "status", &id]);
+    assert_eq!(code(&out), 1, "{}", text(&out));
+    assert!(
+        text(&out).contains(&format!("claims journal record {}", last + 5)),
+        "{}",
+        text(&out)
+    );
+
+    std::fs::write(&path, &original).unwrap();
+    let out = env.rho(&["workflow", "status", &id]);
+    assert_eq!(code(&out), 0, "{}", text(&out));
+}
