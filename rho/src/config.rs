@@ -361,7 +361,9 @@ impl Config {
             file: file.to_owned(),
             source,
         };
-        match read_user_file(file, CONFIG_FILE_LIMIT) {
+        // Configuration chooses the permission mode and the classifier program: it gets the
+        // trust store's owner, mode and link checks.
+        match read_authority_file(file, CONFIG_FILE_LIMIT) {
             Ok(Some(bytes)) if bytes.len() as u64 > CONFIG_FILE_LIMIT => {
                 Err(read_error(std::io::Error::new(
                     std::io::ErrorKind::InvalidData,
@@ -808,9 +810,137 @@ pub fn read_user_file(file: &Path, limit: u64) -> std::io::Result<Option<Vec<u8>
     Ok(Some(bytes))
 }
 
+/// Reads a file that grants authority (`config.toml`, the user's `hooks.toml`) like
+/// [`read_user_file`], after the checks the trust store gets: it must be this user's
+/// (owner = effective uid) and writable by nobody else (no group or other write bit), and a
+/// symbolic link is followed only when the link itself is this user's (or root's) and its
+/// target passes the same checks. A dangling link is an error, never "no file". `None` only
+/// when nothing at all is at `file`.
+pub fn read_authority_file(file: &Path, limit: u64) -> std::io::Result<Option<Vec<u8>>> {
+    use std::os::unix::fs::MetadataExt as _;
+    let refuse = |why: String| std::io::Error::new(std::io::ErrorKind::PermissionDenied, why);
+    let uid = nix::unistd::geteuid().as_raw();
+    let link = match std::fs::symlink_metadata(file) {
+        Ok(meta) => meta,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    if link.file_type().is_symlink() {
+        if link.uid() != uid && link.uid() != 0 {
+            return Err(refuse(format!(
+                "it is a symbolic link owned by uid {}, not by this user (uid {uid}) or root",
+                link.uid()
+            )));
+        }
+        if let Err(e) = std::fs::metadata(file)
+            && e.kind() == std::io::ErrorKind::NotFound
+        {
+            let target = std::fs::read_link(file).unwrap_or_default();
+            return Err(refuse(format!(
+                "it is a dangling symbolic link (to {})",
+                target.display()
+            )));
+        }
+    }
+    let Some(bytes) = read_checked(file, limit, |meta| {
+        if meta.uid() != uid {
+            return Err(refuse(format!(
+                "it is owned by uid {}, not by this user (uid {uid})",
+                meta.uid()
+            )));
+        }
+        if meta.mode() & 0o022 != 0 {
+            return Err(refuse(format!(
+                "its mode {:o} lets others change it (remove the group and other write bits)",
+                meta.mode() & 0o7777
+            )));
+        }
+        Ok(())
+    })?
+    else {
+        return Err(refuse("it disappeared while being read".to_owned()));
+    };
+    Ok(Some(bytes))
+}
+
+/// [`read_user_file`] with `check` applied to the opened file's metadata first.
+fn read_checked(
+    file: &Path,
+    limit: u64,
+    check: impl FnOnce(&std::fs::Metadata) -> std::io::Result<()>,
+) -> std::io::Result<Option<Vec<u8>>> {
+    use std::io::Read as _;
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let handle = match std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(file)
+    {
+        Ok(handle) => handle,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    let meta = handle.metadata()?;
+    if !meta.is_file() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "not a regular file",
+        ));
+    }
+    check(&meta)?;
+    let mut bytes = Vec::new();
+    handle
+        .take(limit.saturating_add(1))
+        .read_to_end(&mut bytes)?;
+    Ok(Some(bytes))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn authority_files_get_owner_mode_and_link_checks() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("config.toml");
+        assert!(read_authority_file(&file, 100).unwrap().is_none());
+        std::fs::write(&file, "x = 1\n").unwrap();
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
+        assert_eq!(
+            read_authority_file(&file, 100).unwrap().unwrap(),
+            b"x = 1\n"
+        );
+
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o666)).unwrap();
+        let err = read_authority_file(&file, 100).unwrap_err();
+        assert!(err.to_string().contains("mode 666"), "{err}");
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).unwrap();
+
+        let link = dir.path().join("hooks.toml");
+        std::os::unix::fs::symlink(&file, &link).unwrap();
+        assert!(
+            read_authority_file(&link, 100).unwrap().is_some(),
+            "own link, own file"
+        );
+        std::fs::remove_file(&file).unwrap();
+        let err = read_authority_file(&link, 100).unwrap_err();
+        assert!(err.to_string().contains("dangling symbolic link"), "{err}");
+
+        let fifo = dir.path().join("fifo.toml");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+        let err = read_authority_file(&fifo, 100).unwrap_err();
+        assert!(err.to_string().contains("not a regular file"), "{err}");
+
+        if nix::unistd::geteuid().is_root() {
+            std::fs::write(&file, "").unwrap();
+            std::os::unix::fs::chown(&file, Some(4242), None).unwrap();
+            let err = read_authority_file(&file, 100).unwrap_err();
+            assert!(err.to_string().contains("owned by uid 4242"), "{err}");
+            let err = read_authority_file(&link, 100).unwrap_err();
+            assert!(err.to_string().contains("owned by uid 4242"), "{err}");
+        }
+    }
 
     fn parse(text: &str) -> Result<Config, ConfigError> {
         Config::parse(Path::new("/h/config.toml"), text)

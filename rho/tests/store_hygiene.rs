@@ -147,3 +147,41 @@ fn status_refuses_a_state_json_that_the_journal_does_not_back() {
     let out = env.rho(&["workflow", "status", &id]);
     assert_eq!(code(&out), 0, "{}", text(&out));
 }
+
+#[test]
+fn authority_files_in_rho_home_get_the_trust_stores_checks() {
+    let env = Env::new();
+    finished_run(&env);
+    let plan_id = env.plan("wf.star");
+    // A dangling hooks.toml is an error, not "no hooks".
+    let hooks = env.home.join("hooks.toml");
+    std::os::unix::fs::symlink(env.home.join("missing-hooks.toml"), &hooks).unwrap();
+    let out = env.rho(&["workflow", "run", &plan_id, "--yes"]);
+    assert_ne!(code(&out), 0, "{}", text(&out));
+    assert!(
+        text(&out).contains("hooks.toml") && text(&out).contains("dangling symbolic link"),
+        "{}",
+        text(&out)
+    );
+    std::fs::remove_file(&hooks).unwrap();
+
+    // A configuration others may rewrite (it chooses the mode and the classifier).
+    let config = env.home.join("config.toml");
+    std::fs::write(&config, "").unwrap();
+    std::fs::set_permissions(&config, std::fs::Permissions::from_mode(0o664)).unwrap();
+    let out = env.rho(&["workflow", "run", &plan_id, "--yes"]);
+    assert_ne!(code(&out), 0, "{}", text(&out));
+    assert!(
+        text(&out).contains("config.toml") && text(&out).contains("mode 664"),
+        "{}",
+        text(&out)
+    );
+    std::fs::set_permissions(&config, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let out = env.rho(&["workflow", "run", &plan_id, "--yes"]);
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    std::fs::remove_file(&config).unwrap();
+    std::os::unix::fs::symlink(env.home.join("nowhere.toml"), &config).unwrap();
+    let out = env.rho(&["workflow", "run", &plan_id, "--yes"]);
+    assert_ne!(code(&out), 0, "{}", text(&out));
+    assert!(text(&out).contains("dangling"), "{}", text(&out));
+}

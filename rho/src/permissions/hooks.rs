@@ -99,7 +99,7 @@ pub fn load_hooks(
 }
 
 fn read_hooks_file(file: &Path, scope: HookScope) -> Result<Option<HooksFile>, PermissionsError> {
-    let Some(bytes) = read_bounded_file(file, HOOKS_FILE_LIMIT)? else {
+    let Some(bytes) = read_bounded_file(file, HOOKS_FILE_LIMIT, scope)? else {
         return Ok(None);
     };
     let text = String::from_utf8(bytes).map_err(|_| PermissionsError::NotUtf8 {
@@ -109,13 +109,24 @@ fn read_hooks_file(file: &Path, scope: HookScope) -> Result<Option<HooksFile>, P
 }
 
 /// The file's bytes, `None` when it does not exist, an error when it is over `limit`.
-fn read_bounded_file(file: &Path, limit: u64) -> Result<Option<Vec<u8>>, PermissionsError> {
+///
+/// The user's file grants authority wherever rho runs: it gets the trust store's owner,
+/// mode and link checks. The project's file is gated by workspace trust instead.
+fn read_bounded_file(
+    file: &Path,
+    limit: u64,
+    scope: HookScope,
+) -> Result<Option<Vec<u8>>, PermissionsError> {
     let read_error = |source| PermissionsError::Read {
         file: file.to_owned(),
         source,
     };
     // Opened non-blocking and refused unless a regular file: a FIFO must not hang `rho`.
-    let bytes = match crate::config::read_user_file(file, limit) {
+    let read = match scope {
+        HookScope::User => crate::config::read_authority_file(file, limit),
+        HookScope::Project => crate::config::read_user_file(file, limit),
+    };
+    let bytes = match read {
         Ok(Some(bytes)) => bytes,
         Ok(None) => return Ok(None),
         Err(err) => return Err(read_error(err)),
