@@ -98,11 +98,15 @@ fn cancellation_kills_a_double_forked_descendant() {
     let launch = exec::verify(&ws.root, &frozen_sh(&ws.root), &root_dir()).unwrap();
     let running = exec::spawn(launch, spec).unwrap();
     let escaped: i32 = first_line_when_written(&ws.path("pid")).parse().unwrap();
-    assert_ne!(
-        group_of(escaped),
-        running.process().pgid,
-        "the descendant really left the node's group"
-    );
+    // `$!` is known before the child has called setsid: wait until it has.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while group_of(escaped) == running.process().pgid {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the descendant never left the node's group"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
     let waiter = std::thread::spawn(move || running.wait());
     cancel.cancel();
     let outcome = waiter.join().unwrap();
