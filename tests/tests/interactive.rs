@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use nix::pty::{Winsize, openpty};
 use rho_e2e::model_server::{ModelServer, Reply, ScriptedTurn};
+use serde_json::json;
 
 const WAIT: Duration = Duration::from_secs(30);
 
@@ -267,4 +268,53 @@ fn resume_continues_the_conversation_and_refuses_changed_or_switched_agents() {
     term.expect("the definition of agent `helper` changed");
     assert_eq!(term.wait(), 2);
     assert_eq!(server.remaining(), 0);
+}
+
+#[test]
+fn a_turn_with_a_tool_call_and_inline_approvals_answered_y_and_n() {
+    let server = ModelServer::start([
+        // Turn 1: write a file (approved), then answer.
+        Reply::Turn(ScriptedTurn::text("Writing it.").with_tool_call(
+            "write_file",
+            &json!({"path": "hello.txt", "content": "hi\n"}),
+        )),
+        Reply::text("Done writing."),
+        // Turn 2: run a command (denied), then answer.
+        Reply::tool_call("bash", &json!({"command": "touch ran.txt"})),
+        Reply::text("Understood, not running it."),
+    ]);
+    let sandbox = Sandbox::new(&server);
+    let mut term = Terminal::spawn(&sandbox, &["--permission-mode", "supervised"]);
+    term.expect("permission mode supervised");
+
+    term.line("please write hello.txt");
+    term.expect("Writing it.");
+    term.expect("● write_file  hello.txt");
+    term.expect("? allow tool `write_file` (other_write)");
+    term.expect("> ");
+    term.send("y\r");
+    term.expect("allowed");
+    term.expect("└ ok: Created `hello.txt`");
+    term.expect("Done writing.");
+    assert_eq!(
+        std::fs::read_to_string(sandbox.workspace.join("hello.txt")).unwrap(),
+        "hi\n"
+    );
+
+    term.line("now touch ran.txt");
+    term.expect("● bash  touch ran.txt");
+    term.expect("? allow tool `bash` (process)");
+    term.expect("> ");
+    term.send("n\r");
+    term.expect("denied");
+    term.expect("└ error: `bash` denied by human");
+    term.expect("Understood, not running it.");
+    assert!(!sandbox.workspace.join("ran.txt").exists());
+
+    // The model saw the denial as the tool's result.
+    let last = server.model_requests().last().unwrap().json().to_string();
+    assert!(last.contains("denied by human"), "{last}");
+
+    term.line("/exit");
+    assert_eq!(term.wait(), 0);
 }

@@ -279,7 +279,8 @@ pub fn run_run(args: &RunArgs, session_args: &SessionArgs) -> CliResult {
         .load_config(&home)
         .map_err(|e| CliError::invalid(e.to_string()))?;
     let overrides = session_args.overrides()?;
-    let permission_mode = session_args.permission_mode(&config)?;
+    let mode_selection = session_args.mode_selection(&config)?;
+    let permission_mode = mode_selection.mode;
     let trusted = super::agents::project_agents_trusted(&home, &workspace)?;
     let catalog = Catalog::discover(&CatalogSources::new(
         &home,
@@ -315,16 +316,21 @@ pub fn run_run(args: &RunArgs, session_args: &SessionArgs) -> CliResult {
     })?;
 
     let cancel = CancelToken::new();
-    let tools = crate::runtime::host::tool_host(&crate::runtime::host::HostRequest {
-        home: &home,
-        config: &config,
-        workspace: &workspace,
-        capabilities: &prepared.capabilities,
-        permission_mode,
-        no_tools: session_args.no_tools,
-        no_subagents: session_args.no_subagents,
-        headless: true,
-    });
+    let tools = crate::runtime::host::tool_host(
+        &crate::runtime::host::HostRequest {
+            home: &home,
+            config: &config,
+            workspace: &workspace,
+            capabilities: &prepared.capabilities,
+            permission_mode: mode_selection,
+            no_tools: session_args.no_tools,
+            no_subagents: session_args.no_subagents,
+            headless: true,
+        },
+        None,
+        None,
+    )
+    .map_err(|e| CliError::invalid(crate::workflow::plan::error_chain(&e)))?;
     let (session_id, session_dir) = launch::new_session_dir(&home, &workspace);
     let transcript = Transcript::create(&session_dir).map_err(|e| {
         CliError::operational(format!(

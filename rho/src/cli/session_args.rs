@@ -4,7 +4,7 @@
 //! Rho 1.47, so they may come before or after the subcommand.
 
 use clap::Args;
-use rho_policy::PermissionMode;
+use rho_policy::{ModeSelection, PermissionMode};
 
 use super::exit::CliError;
 use crate::agents::Reasoning;
@@ -83,8 +83,13 @@ impl SessionArgs {
 
     /// The permission mode in force.
     pub fn permission_mode(&self, config: &Config) -> Result<PermissionMode, CliError> {
+        self.mode_selection(config).map(|s| s.mode)
+    }
+
+    /// The permission mode in force and where it came from (flag, environment, config,
+    /// default).
+    pub fn mode_selection(&self, config: &Config) -> Result<ModeSelection, CliError> {
         select_process_mode(self.permission_mode.as_deref(), config)
-            .map(|s| s.mode)
             .map_err(|e| CliError::invalid(e.to_string()))
     }
 }

@@ -15,6 +15,8 @@ use rho_policy::{ApprovalAnswer, ApprovalContext, ApprovalResponder, PermissionR
 
 use super::render::sanitize;
 use super::session::TurnCancelled;
+use crate::runtime::host::Interaction;
+use crate::tools::{ConfirmAnswer, ConfirmRequest};
 
 /// The reason recorded when the person answers anything but yes.
 pub const DECLINED: &str = "declined by the user at the prompt";
@@ -86,6 +88,52 @@ impl ApprovalResponder for InlineResponder {
                 deny("no answer: the terminal input closed")
             }
         }
+    }
+}
+
+/// How the session's tools reach the person at this terminal: inline approvals, and inline
+/// consent questions (running one exact workflow digest) under the same rules — only an
+/// explicit yes consents.
+pub fn interaction(cancelled: TurnCancelled) -> Interaction {
+    let approvals = Box::new(InlineResponder::new(cancelled.clone()));
+    let consent = Box::new(move |request: &ConfirmRequest| confirm(request, &cancelled));
+    Interaction { approvals, consent }
+}
+
+/// Asks `request` on the terminal; anything but `y`/`yes` refuses, with the reason.
+fn confirm(request: &ConfirmRequest, cancelled: &TurnCancelled) -> ConfirmAnswer {
+    if cancelled.is_set() {
+        return refuse(CANCELLED);
+    }
+    let mut err = io::stderr().lock();
+    let _ = write!(
+        err,
+        "\n? {}\n  {}\n  y = yes, anything else refuses > ",
+        sanitize(&request.question).replace('\n', " "),
+        sanitize(&request.detail).replace('\n', "\n  "),
+    );
+    let _ = err.flush();
+    drop(err);
+    let stdin = io::stdin();
+    let answer = read_answer(stdin.as_fd(), cancelled);
+    let mut err = io::stderr().lock();
+    match answer {
+        Some(line) if approves(&line) => {
+            let _ = writeln!(err, "  confirmed");
+            ConfirmAnswer::Accepted
+        }
+        Some(_) => {
+            let _ = writeln!(err, "  refused");
+            refuse(DECLINED)
+        }
+        None if cancelled.is_set() => refuse(CANCELLED),
+        None => refuse("no answer: the terminal input closed"),
+    }
+}
+
+fn refuse(reason: &str) -> ConfirmAnswer {
+    ConfirmAnswer::Refused {
+        reason: reason.to_owned(),
     }
 }
 

@@ -5,6 +5,7 @@
 //! Invariant: nothing from the model, a tool or a file reaches the terminal unsanitized
 //! ([`render`]), and a session is only ever appended to ([`store`]).
 
+pub mod approval;
 pub mod commands;
 pub mod render;
 pub mod session;

@@ -207,7 +207,8 @@ impl Interactive {
         {
             overrides.model = Some(model);
         }
-        let permission_mode = session_args.permission_mode(&config)?;
+        let mode_selection = session_args.mode_selection(&config)?;
+        let permission_mode = mode_selection.mode;
         let capabilities = crate::runtime::host::host_capabilities(session_args.no_subagents);
         let env = |name: &str| process_env(name);
         let prepared = launch::prepare(&LaunchRequest {
@@ -224,16 +225,21 @@ impl Interactive {
             env: &env,
         })
         .map_err(|e| CliError::invalid(crate::workflow::plan::error_chain(&e)))?;
-        let tools = crate::runtime::host::tool_host(&crate::runtime::host::HostRequest {
-            home: &home,
-            config: &config,
-            workspace: &workspace,
-            capabilities: &prepared.capabilities,
-            permission_mode,
-            no_tools: session_args.no_tools,
-            no_subagents: session_args.no_subagents,
-            headless: false,
-        });
+        let tools = crate::runtime::host::tool_host(
+            &crate::runtime::host::HostRequest {
+                home: &home,
+                config: &config,
+                workspace: &workspace,
+                capabilities: &prepared.capabilities,
+                permission_mode: mode_selection,
+                no_tools: session_args.no_tools,
+                no_subagents: session_args.no_subagents,
+                headless: false,
+            },
+            Some(super::approval::interaction(turn_cancelled.clone())),
+            None,
+        )
+        .map_err(|e| CliError::invalid(crate::workflow::plan::error_chain(&e)))?;
         let (session_id, session_dir, transcript, messages, writer) = if let Some(loaded) = resumed
         {
             {

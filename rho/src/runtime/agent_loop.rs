@@ -40,6 +40,13 @@ pub trait ToolHost: Send + Sync {
 
     /// Runs one call to its end (blocking), honouring `cancel` cooperatively.
     fn call(&self, call: &ToolCall, cancel: &CancelToken) -> ToolOutcome;
+
+    /// Messages tools delivered after their call returned (a background run finished), in
+    /// arrival order; each is taken once. The loop hands them to the model before its next
+    /// request.
+    fn take_notices(&self) -> Vec<String> {
+        Vec::new()
+    }
 }
 
 /// A host with no tools (`--no-tools`, or a definition granting none).
@@ -331,6 +338,9 @@ impl Session {
                 return TurnEnd::Cancelled;
             }
             observer(&LoopEvent::StepStarted { step });
+            if let Err(e) = self.deliver_notices() {
+                return TurnEnd::Transcript(e);
+            }
             let mut attempt = 1;
             let request = ModelRequest {
                 system: &self.system,
@@ -452,6 +462,23 @@ impl Session {
         TurnEnd::MaxSteps {
             limit: self.limits.max_steps,
         }
+    }
+
+    /// Hands the tool host's pending notices to the model as one user message, recorded in
+    /// the transcript.
+    fn deliver_notices(&mut self) -> std::io::Result<()> {
+        let notices = self.tools.take_notices();
+        if notices.is_empty() {
+            return Ok(());
+        }
+        let text = format!(
+            "[background notices: work started earlier has finished]\n{}",
+            notices.join("\n\n")
+        );
+        self.transcript
+            .append("notice", json!({"text": text, "count": notices.len()}))?;
+        self.messages.push(Message::User { text });
+        Ok(())
     }
 
     /// Runs one tool call on a blocking thread. On cancellation or timeout the call's token

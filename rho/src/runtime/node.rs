@@ -8,7 +8,8 @@
 use std::path::PathBuf;
 
 use rho_ipc::program::{AgentRuntime, AgentSetup, Schema};
-use rho_policy::PermissionMode;
+use rho_policy::hooks::HostLabels;
+use rho_policy::{ModeSelection, ModeSource, PermissionMode};
 use serde_json::{Value, json};
 
 use super::agent_loop::{Session, SessionLimits, TurnEnd};
@@ -149,16 +150,32 @@ impl AgentExecutor for RuntimeAgentExecutor {
             Err(e) => return failure(format!("agent {}: {e}", request.agent)),
         };
         let capabilities = setup.capabilities.iter().cloned().collect();
-        let tools = tool_host(&HostRequest {
-            home: &self.home,
-            config: &self.config,
-            workspace: &self.workspace,
-            capabilities: &capabilities,
-            permission_mode: self.permission_mode,
-            no_tools: false,
-            no_subagents: true,
-            headless: true,
-        });
+        let labels = HostLabels {
+            workflow_run_id: Some(request.run_id.clone()),
+            plan_digest: None,
+            node_id: Some(request.node.clone()),
+            attempt: Some(request.attempt),
+        };
+        let tools = match tool_host(
+            &HostRequest {
+                home: &self.home,
+                config: &self.config,
+                workspace: &self.workspace,
+                capabilities: &capabilities,
+                permission_mode: ModeSelection {
+                    mode: self.permission_mode,
+                    source: ModeSource::Flag,
+                },
+                no_tools: false,
+                no_subagents: true,
+                headless: true,
+            },
+            None,
+            Some(labels),
+        ) {
+            Ok(tools) => tools,
+            Err(e) => return failure(format!("agent {}: {e}", request.agent)),
+        };
         let transcript = match Transcript::create(&request.attempt_dir) {
             Ok(t) => t,
             Err(e) => return failure(format!("cannot create the attempt transcript: {e}")),

@@ -49,10 +49,15 @@ pub mod bash;
 pub mod context;
 pub mod edit_file;
 pub mod error;
+pub mod glob;
+pub mod grep;
+pub mod list_dir;
 pub mod process;
+pub mod read_file;
 pub mod summary;
 pub mod workflow;
 pub mod workspace;
+pub mod write_file;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -66,6 +71,22 @@ pub use context::{
     ToolHost, ToolNotice,
 };
 pub use error::ToolError;
+
+/// The workspace tools, in name order: `apply_patch`, `bash`, `edit_file`, `glob`, `grep`,
+/// `list_dir`, `read_file`, `write_file`. Front ends register the ones a session's binding
+/// granted.
+pub fn workspace_tools() -> Vec<Arc<dyn Tool>> {
+    vec![
+        Arc::new(apply_patch::ApplyPatch),
+        Arc::new(bash::Bash::default()),
+        Arc::new(edit_file::EditFile),
+        Arc::new(glob::Glob),
+        Arc::new(grep::Grep),
+        Arc::new(list_dir::ListDir),
+        Arc::new(read_file::ReadFile),
+        Arc::new(write_file::WriteFile),
+    ]
+}
 
 /// The largest argument document the registry accepts, in bytes of its JSON form; bigger
 /// calls are refused before validation (the bound also caps what hooks are sent).

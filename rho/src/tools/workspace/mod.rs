@@ -25,6 +25,7 @@ use nix::sys::stat::{Mode, fchmod, fstatat, mkdirat};
 use nix::unistd::{UnlinkatFlags, unlinkat};
 use rho_policy::OperationClass;
 
+use crate::tools::{ToolContext, ToolError};
 use crate::workflow::identity::{self, FileFacts, IdentityError};
 
 pub use git_index::{GitIndexError, TrackedState, tracked_state};
@@ -102,6 +103,31 @@ pub fn error_chain(err: &dyn std::error::Error) -> String {
         source = cause.source();
     }
     text
+}
+
+impl FileAccessError {
+    /// The tool error a model reads: problems with the path argument (missing, a link, the
+    /// wrong kind, outside the workspace) name the argument `field`; system-call failures
+    /// are failures with their cause.
+    pub fn into_tool_error(self, tool: &str, field: &str) -> ToolError {
+        match self {
+            FileAccessError::Io { .. } => ToolError::failed(tool, error_chain(&self)),
+            other => ToolError::invalid(tool, field, error_chain(&other)),
+        }
+    }
+}
+
+/// Opens the workspace of a tool call.
+pub fn open_workspace(tool: &str, ctx: &ToolContext) -> Result<Workspace, ToolError> {
+    Workspace::open(ctx.workspace()).map_err(|err| {
+        ToolError::failed(
+            tool,
+            format!(
+                "cannot open the workspace `{}`: {err}",
+                ctx.workspace().display()
+            ),
+        )
+    })
 }
 
 /// Where a path resolves to, relative to the workspace.

@@ -21,7 +21,6 @@
 use std::ffi::OsString;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use rho_ipc::program::EnvironmentPolicy;
@@ -159,31 +158,14 @@ pub enum ExecError {
     },
 }
 
-/// A cancellation flag shared between the runner and a waiting command or lock.
+/// The cancellation flag shared between the runner, a waiting command or lock, the agent
+/// loop and the tools it calls: one type, so a cancelled node or turn reaches every tool.
 ///
-/// Cancelling is sticky; waiters notice within [`CANCEL_POLL`].
-#[derive(Debug, Clone, Default)]
-pub struct CancelToken(Arc<AtomicBool>);
+/// Cancelling is sticky; polling waiters notice within [`CANCEL_POLL`].
+pub use crate::tools::context::CancelToken;
 
 /// How often a blocked wait re-checks its [`CancelToken`].
 pub const CANCEL_POLL: Duration = Duration::from_millis(20);
-
-impl CancelToken {
-    /// A token that is not cancelled.
-    pub fn new() -> Self {
-        Self::default()
-    }
-
-    /// Requests cancellation of everything holding this token.
-    pub fn cancel(&self) {
-        self.0.store(true, Ordering::SeqCst);
-    }
-
-    /// Whether cancellation was requested.
-    pub fn is_cancelled(&self) -> bool {
-        self.0.load(Ordering::SeqCst)
-    }
-}
 
 /// What to run and how to bound it, once the identities are verified.
 #[derive(Debug, Clone)]
