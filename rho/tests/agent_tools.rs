@@ -1,0 +1,227 @@
+//! Agents calling tools end to end: `rho run` and workflow agent nodes against a loopback
+//! scripted model, through the real tool registry and its one permission path. The model is
+//! offered exactly the tools its definition was granted; reads, edits and commands run under
+//! the permission mode; a denial (by mode, by a hook, or because no one can approve) reaches
+//! the model as the tool's result and nothing is done.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a broken setup should panic
+
+mod agent_support;
+
+use agent_support::{AgentEnv, stderr, stdout};
+use rho_e2e::model_server::{ModelServer, Reply, ScriptedTurn};
+use serde_json::{Value, json};
+
+/// The tool names offered in a recorded OpenAI-style request.
+fn offered_tools(body: &Value) -> Vec<String> {
+    let mut names: Vec<String> = body["tools"]
+        .as_array()
+        .map(|tools| {
+            tools
+                .iter()
+                .filter_map(|t| t["function"]["name"].as_str().map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default();
+    names.sort();
+    names
+}
+
+/// The content of every tool message in a recorded OpenAI-style request, in order.
+fn tool_results(body: &Value) -> Vec<String> {
+    body["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "tool")
+        .map(|m| m["content"].as_str().unwrap_or_default().to_owned())
+        .collect()
+}
+
+#[test]
+fn the_default_agent_is_offered_every_host_tool() {
+    let server = ModelServer::start([Reply::text("ok")]);
+    let env = AgentEnv::new(&server);
+    let out = env.run(&["run", "hello"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let body = server.model_requests()[0].json();
+    assert_eq!(
+        offered_tools(&body),
+        [
+            "apply_patch",
+            "bash",
+            "edit_file",
+            "glob",
+            "grep",
+            "list_dir",
+            "process",
+            "read_file",
+            "workflow",
+            "write_file"
+        ]
+    );
+    // Every offered schema is a closed object.
+    for tool in body["tools"].as_array().unwrap() {
+        let schema = &tool["function"]["parameters"];
+        assert_eq!(schema["type"], "object", "{tool}");
+        assert_eq!(schema["additionalProperties"], false, "{tool}");
+    }
+}
+
+#[test]
+fn no_tools_offers_none() {
+    let server = ModelServer::start([Reply::text("ok")]);
+    let env = AgentEnv::new(&server);
+    let out = env.run(&["run", "--no-tools", "hello"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(offered_tools(&server.model_requests()[0].json()).is_empty());
+}
+
+#[test]
+fn the_explorer_reads_with_its_four_tools_and_the_result_reaches_the_model() {
+    let server = ModelServer::start([
+        Reply::Turn(
+            ScriptedTurn::text("Looking.")
+                .with_tool_call("read_file", &json!({"path": "notes.txt"}))
+                .with_tool_call("grep", &json!({"pattern": "needle"})),
+        ),
+        Reply::text("The needle is in notes.txt."),
+    ]);
+    let env = AgentEnv::new(&server);
+    env.write("notes.txt", "hay\nneedle here\nhay\n");
+    let out = env.run(&["--agent", "explorer", "run", "where is the needle?"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(stdout(&out), "The needle is in notes.txt.\n");
+    let requests = server.model_requests();
+    assert_eq!(requests.len(), 2);
+    assert_eq!(
+        offered_tools(&requests[0].json()),
+        ["glob", "grep", "list_dir", "read_file"]
+    );
+    let results = tool_results(&requests[1].json());
+    assert_eq!(results.len(), 2, "{results:?}");
+    assert!(results[0].contains("needle here"), "{}", results[0]);
+    assert!(results[1].contains("notes.txt"), "{}", results[1]);
+
+    // The transcript records the calls and their results.
+    let events =
+        rho::runtime::transcript::read_events(&env.transcripts()[0]).unwrap();
+    let kinds: Vec<&str> = events.iter().filter_map(|e| e["type"].as_str()).collect();
+    assert_eq!(
+        kinds,
+        [
+            "session.started",
+            "user",
+            "assistant",
+            "tool.result",
+            "tool.result",
+            "assistant",
+            "turn.ended"
+        ]
+    );
+    env.assert_no_secret_on_disk();
+}
+
+#[test]
+fn bypass_mode_writes_and_runs_commands() {
+    let server = ModelServer::start([
+        Reply::Turn(
+            ScriptedTurn::text("")
+                .with_tool_call(
+                    "write_file",
+                    &json!({"path": "out/hello.txt", "content": "hi\n"}),
+                )
+                .with_tool_call("bash", &json!({"command": "cat out/hello.txt; echo done"})),
+        ),
+        Reply::text("Wrote and ran."),
+    ]);
+    let env = AgentEnv::new(&server);
+    let out = env.run(&["--permission-mode", "bypass", "run", "write it"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(
+        std::fs::read_to_string(env.workspace.join("out/hello.txt")).unwrap(),
+        "hi\n"
+    );
+    let results = tool_results(&server.model_requests()[1].json());
+    assert!(results[1].contains("hi\ndone"), "{}", results[1]);
+    assert!(results[1].contains("exit code 0"), "{}", results[1]);
+}
+
+#[test]
+fn plan_mode_denies_writes_and_commands_and_the_model_reads_why() {
+    let server = ModelServer::start([
+        Reply::Turn(
+            ScriptedTurn::text("")
+                .with_tool_call("write_file", &json!({"path": "x.txt", "content": "x"}))
+                .with_tool_call("bash", &json!({"command": "touch ran.txt"})),
+        ),
+        Reply::text("I may not."),
+    ]);
+    let env = AgentEnv::new(&server);
+    let out = env.run(&["--permission-mode", "plan", "run", "try"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(!env.workspace.join("x.txt").exists());
+    assert!(!env.workspace.join("ran.txt").exists());
+    let results = tool_results(&server.model_requests()[1].json());
+    for result in &results {
+        assert!(result.contains("denied"), "{result}");
+        assert!(result.contains("plan"), "{result}");
+    }
+}
+
+#[test]
+fn approvals_without_a_person_or_classifier_fail_closed() {
+    for mode in ["supervised", "allow_edits", "auto"] {
+        let server = ModelServer::start([
+            Reply::Turn(
+                ScriptedTurn::text("")
+                    .with_tool_call("write_file", &json!({"path": "x.txt", "content": "x"}))
+                    .with_tool_call("bash", &json!({"command": "touch ran.txt"})),
+            ),
+            Reply::text("Not allowed."),
+        ]);
+        let env = AgentEnv::new(&server);
+        let out = env.run(&["--permission-mode", mode, "run", "try"]);
+        assert_eq!(out.status.code(), Some(0), "{mode}: {}", stderr(&out));
+        assert!(!env.workspace.join("ran.txt").exists(), "{mode}");
+        let results = tool_results(&server.model_requests()[1].json());
+        assert!(results[1].contains("denied"), "{mode}: {}", results[1]);
+        assert!(results[1].contains("fail closed"), "{mode}: {}", results[1]);
+        // An untracked new file is not a tracked edit: allow_edits asks too.
+        assert!(!env.workspace.join("x.txt").exists(), "{mode}");
+    }
+}
+
+#[test]
+fn a_before_tool_use_hook_denies_a_read() {
+    let server = ModelServer::start([
+        Reply::tool_call("read_file", &json!({"path": "secret.txt"})),
+        Reply::text("Refused."),
+    ]);
+    let env = AgentEnv::new(&server);
+    env.write("secret.txt", "the secret\n");
+    let hook = env.home.join("deny-hook.sh");
+    std::fs::write(
+        &hook,
+        "#!/bin/sh\ncat >/dev/null\necho '{\"version\":1,\"decision\":\"deny\",\"reason\":\"no secrets today\"}'\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(
+        &hook,
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    std::fs::write(
+        env.home.join("hooks.toml"),
+        format!(
+            "version = 1\n[[hook]]\nid = \"guard\"\non = \"before_tool_use\"\ntools = [\"read_file\"]\n\
+             command = [\"{}\"]\ntimeout = \"10s\"\n",
+            hook.display()
+        ),
+    )
+    .unwrap();
+    let out = env.run(&["--permission-mode", "auto", "run", "read it"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let results = tool_results(&server.model_requests()[1].json());
+    assert!(results[0].contains("no secrets today"), "{}", results[0]);
+    assert!(!results[0].contains("the secret"), "{}", results[0]);
+}
