@@ -17,6 +17,7 @@
 
 use std::io::{IsTerminal as _, Read as _, Write as _};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::Duration;
 
@@ -32,6 +33,7 @@ use crate::runtime::agent_loop::{LoopEvent, Session, SessionLimits, TurnEnd};
 use crate::runtime::launch::{self, LaunchRequest};
 use crate::runtime::provider::select::process_env;
 use crate::runtime::transcript::Transcript;
+use crate::runtime::delegation::manager::DelegationSetup;
 use crate::workflow::exec::CancelToken;
 
 /// The default model-step budget of `rho run`.
@@ -316,6 +318,7 @@ pub fn run_run(args: &RunArgs, session_args: &SessionArgs) -> CliResult {
     })?;
 
     let cancel = CancelToken::new();
+    let (session_id, session_dir) = launch::new_session_dir(&home, &workspace);
     let tools = crate::runtime::host::tool_host(
         &crate::runtime::host::HostRequest {
             home: &home,
@@ -329,9 +332,18 @@ pub fn run_run(args: &RunArgs, session_args: &SessionArgs) -> CliResult {
         },
         None,
         None,
+        Some(DelegationSetup {
+            home: home.clone(),
+            config: Arc::new(config.clone()),
+            workspace: workspace.clone(),
+            catalog: Arc::new(catalog.clone()),
+            overrides: overrides.clone(),
+            permission_mode: mode_selection,
+            parent_session_id: Some(session_id.clone()),
+            background: false,
+        }),
     )
     .map_err(|e| CliError::invalid(crate::workflow::plan::error_chain(&e)))?;
-    let (session_id, session_dir) = launch::new_session_dir(&home, &workspace);
     let transcript = Transcript::create(&session_dir).map_err(|e| {
         CliError::operational(format!(
             "cannot create the session transcript in {}: {e}",

@@ -30,6 +30,7 @@ use crate::runtime::launch::{self, LaunchRequest};
 use crate::runtime::provider::Message;
 use crate::runtime::provider::select::process_env;
 use crate::runtime::transcript::Transcript;
+use crate::runtime::delegation::manager::DelegationSetup;
 use crate::workflow::exec::CancelToken;
 
 /// Model steps allowed per interactive turn.
@@ -225,21 +226,6 @@ impl Interactive {
             env: &env,
         })
         .map_err(|e| CliError::invalid(crate::workflow::plan::error_chain(&e)))?;
-        let tools = crate::runtime::host::tool_host(
-            &crate::runtime::host::HostRequest {
-                home: &home,
-                config: &config,
-                workspace: &workspace,
-                capabilities: &prepared.capabilities,
-                permission_mode: mode_selection,
-                no_tools: session_args.no_tools,
-                no_subagents: session_args.no_subagents,
-                headless: false,
-            },
-            Some(super::approval::interaction(turn_cancelled.clone())),
-            None,
-        )
-        .map_err(|e| CliError::invalid(crate::workflow::plan::error_chain(&e)))?;
         let (session_id, session_dir, transcript, messages, writer) = if let Some(loaded) = resumed
         {
             {
@@ -282,6 +268,31 @@ impl Interactive {
                 (id, dir, transcript, Vec::new(), None)
             }
         };
+        let tools = crate::runtime::host::tool_host(
+            &crate::runtime::host::HostRequest {
+                home: &home,
+                config: &config,
+                workspace: &workspace,
+                capabilities: &prepared.capabilities,
+                permission_mode: mode_selection,
+                no_tools: session_args.no_tools,
+                no_subagents: session_args.no_subagents,
+                headless: false,
+            },
+            Some(super::approval::interaction(turn_cancelled.clone())),
+            None,
+            Some(DelegationSetup {
+                home: home.clone(),
+                config: Arc::new(config.clone()),
+                workspace: workspace.clone(),
+                catalog: Arc::new(catalog.clone()),
+                overrides: overrides.clone(),
+                permission_mode: mode_selection,
+                parent_session_id: Some(session_id.clone()),
+                background: true,
+            }),
+        )
+        .map_err(|e| CliError::invalid(crate::workflow::plan::error_chain(&e)))?;
         let model_label = prepared.client.choice().label();
         let fingerprint = prepared.bound.fingerprint.clone();
         let saved = messages.len();

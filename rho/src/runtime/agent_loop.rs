@@ -47,6 +47,12 @@ pub trait ToolHost: Send + Sync {
     fn take_notices(&self) -> Vec<String> {
         Vec::new()
     }
+
+    /// Whether calls of `name` may run at the same time as adjacent calls of tools for which
+    /// this is also true (independent delegations in one step run together).
+    fn runs_concurrently(&self, _name: &str) -> bool {
+        false
+    }
 }
 
 /// A host with no tools (`--no-tools`, or a definition granting none).
@@ -408,7 +414,19 @@ impl Session {
             }
             let mut results = Vec::with_capacity(turn.tool_calls.len());
             let mut interrupted: Option<TurnEnd> = None;
-            for call in &turn.tool_calls {
+            let calls = &turn.tool_calls;
+            let mut next = 0;
+            while next < calls.len() {
+                // A run of consecutive calls the host runs concurrently (delegations) forms
+                // one batch; every other call is a batch of its own, run in order.
+                let mut batch_end = next + 1;
+                if self.tools.runs_concurrently(&calls[next].name) {
+                    while batch_end < calls.len() && self.tools.runs_concurrently(&calls[batch_end].name) {
+                        batch_end += 1;
+                    }
+                }
+                let batch = &calls[next..batch_end];
+                next = batch_end;
                 if interrupted.is_none() {
                     if cancel.is_cancelled() {
                         interrupted = Some(TurnEnd::Cancelled);
@@ -416,43 +434,59 @@ impl Session {
                         interrupted = Some(TurnEnd::TimedOut { limit: timeout });
                     }
                 }
-                let outcome = if let Some(end) = &interrupted {
-                    ToolOutcome {
-                        content: format!("not run: the turn ended ({})", end.reason()),
-                        is_error: true,
-                    }
+                let outcomes: Vec<ToolOutcome> = if let Some(end) = &interrupted {
+                    batch
+                        .iter()
+                        .map(|_| ToolOutcome {
+                            content: format!("not run: the turn ended ({})", end.reason()),
+                            is_error: true,
+                        })
+                        .collect()
                 } else {
-                    observer(&LoopEvent::ToolStarted {
-                        id: call.id.clone(),
-                        name: call.name.clone(),
-                        arguments: call.arguments.clone(),
-                    });
-                    let (outcome, end) = self.call_tool(call, cancel, deadline, timeout).await;
-                    if end.is_some() {
-                        interrupted = end;
+                    for call in batch {
+                        observer(&LoopEvent::ToolStarted {
+                            id: call.id.clone(),
+                            name: call.name.clone(),
+                            arguments: call.arguments.clone(),
+                        });
                     }
-                    observer(&LoopEvent::ToolFinished {
-                        id: call.id.clone(),
-                        name: call.name.clone(),
-                        is_error: outcome.is_error,
-                        content: outcome.content.clone(),
-                    });
-                    outcome
+                    let finished = futures_util::future::join_all(
+                        batch
+                            .iter()
+                            .map(|call| self.call_tool(call, cancel, deadline, timeout)),
+                    )
+                    .await;
+                    let mut outcomes = Vec::with_capacity(batch.len());
+                    for (call, (outcome, end)) in batch.iter().zip(finished) {
+                        if interrupted.is_none() && end.is_some() {
+                            interrupted = end;
+                        }
+                        observer(&LoopEvent::ToolFinished {
+                            id: call.id.clone(),
+                            name: call.name.clone(),
+                            is_error: outcome.is_error,
+                            content: outcome.content.clone(),
+                        });
+                        outcomes.push(outcome);
+                    }
+                    outcomes
                 };
-                let content = bound_result(outcome.content);
-                if let Err(e) = self.transcript.append(
-                    "tool.result",
-                    json!({"call_id": call.id, "name": call.name,
-                           "is_error": outcome.is_error, "content": content}),
-                ) {
-                    return TurnEnd::Transcript(e);
+                for (call, outcome) in batch.iter().zip(outcomes) {
+                    let content = bound_result(outcome.content);
+                    if let Err(e) = self.transcript.append(
+                        "tool.result",
+                        json!({"call_id": call.id, "name": call.name,
+                               "is_error": outcome.is_error, "content": content}),
+                    ) {
+                        return TurnEnd::Transcript(e);
+                    }
+                    results.push(ToolResult {
+                        call_id: call.id.clone(),
+                        name: call.name.clone(),
+                        content,
+                        is_error: outcome.is_error,
+                    });
                 }
-                results.push(ToolResult {
-                    call_id: call.id.clone(),
-                    name: call.name.clone(),
-                    content,
-                    is_error: outcome.is_error,
-                });
             }
             self.messages.push(Message::ToolResults { results });
             if let Some(end) = interrupted {
@@ -471,10 +505,7 @@ impl Session {
         if notices.is_empty() {
             return Ok(());
         }
-        let text = format!(
-            "[background notices: work started earlier has finished]\n{}",
-            notices.join("\n\n")
-        );
+        let text = notices.join("\n\n");
         self.transcript
             .append("notice", json!({"text": text, "count": notices.len()}))?;
         self.messages.push(Message::User { text });

@@ -22,6 +22,8 @@ use crate::config::Config;
 use crate::paths::RhoHome;
 use crate::permissions::{HostAuthorizer, PermissionsError, SharedHostAuthorizer};
 use crate::process::{ProcessConfig, ProcessError, ProcessManager};
+use super::delegation::manager::{DelegateError, DelegationManager, DelegationSetup};
+use crate::tools::agent::{AgentTool, AgentsTool};
 use crate::tools::process::ProcessTool;
 use crate::tools::workflow::WorkflowTool;
 use crate::tools::{
@@ -31,6 +33,8 @@ use crate::tools::{
 /// Names of the tools this host builds besides the workspace tools.
 const PROCESS: &str = "process";
 const WORKFLOW: &str = "workflow";
+const AGENT: &str = "agent";
+const AGENTS: &str = "agents";
 
 /// Why a session's tools could not be assembled. Nothing was started.
 #[derive(Debug, thiserror::Error)]
@@ -39,6 +43,9 @@ pub enum HostError {
     /// The hooks or classifier configuration is invalid.
     #[error("cannot set up the permission path: {0}")]
     Permissions(#[from] PermissionsError),
+    /// Child agents cannot be started (an invalid pool size).
+    #[error("cannot set up delegation: {0}")]
+    Delegation(#[from] DelegateError),
     /// The background process manager could not start.
     #[error("cannot start the process manager: {0}")]
     Processes(#[from] ProcessError),
@@ -91,21 +98,28 @@ pub fn supplied_tools() -> Vec<&'static str> {
     names
 }
 
-/// The capabilities this host supplies to the binder.
-pub fn host_capabilities(_no_subagents: bool) -> HostCapabilities {
-    HostCapabilities::new(supplied_tools())
+/// The capabilities this host supplies to the binder: every tool of [`supplied_tools`], and
+/// `agent`/`agents` unless `--no-subagents` removed them.
+pub fn host_capabilities(no_subagents: bool) -> HostCapabilities {
+    let mut names = supplied_tools();
+    if !no_subagents {
+        names.extend([AGENT, AGENTS]);
+    }
+    HostCapabilities::new(names)
 }
 
 /// The tool host for a session: a registry holding exactly the granted tools (none with
 /// `--no-tools`), under the permission path of this process's hooks and classifier, with
 /// `interaction` as the person to ask (none: approvals and consent fail closed).
 ///
-/// `labels` mark a session running inside a workflow node, so hooks see which.
+/// `labels` mark a session running inside a workflow node, so hooks see which. `delegation`
+/// lets the session start child agents (the `agent` and `agents` tools, when granted).
 pub fn tool_host(
     request: &HostRequest<'_>,
     interaction: Option<Interaction>,
     labels: Option<HostLabels>,
-) -> Result<Arc<dyn ToolHost>, HostError> {
+    delegation: Option<DelegationSetup>,
+) -> Result<Arc<SessionTools>, HostError> {
     let granted: BTreeSet<&str> = if request.no_tools {
         BTreeSet::new()
     } else {
@@ -113,11 +127,22 @@ pub fn tool_host(
             .capabilities
             .iter()
             .map(String::as_str)
-            .filter(|name| supplied_tools().contains(name))
+            .filter(|name| {
+                supplied_tools().contains(name)
+                    || (!request.no_subagents && (*name == AGENT || *name == AGENTS))
+            })
             .collect()
     };
+    let inbox = Inbox::default();
     if granted.is_empty() {
-        return Ok(Arc::new(NoTools));
+        return Ok(Arc::new(SessionTools {
+            inner: None,
+            inbox,
+            processes: None,
+            workflow: None,
+            delegation: None,
+            home: request.home.clone(),
+        }));
     }
     let mut authorizer = HostAuthorizer::for_process(
         request.permission_mode.mode,
@@ -130,10 +155,9 @@ pub fn tool_host(
         _ => (None, None),
     };
     authorizer.set_responder(responder);
-    let notices = Arc::new(Mutex::new(Vec::new()));
     let front = Arc::new(SessionFront {
         consent,
-        notices: Arc::clone(&notices),
+        inbox: inbox.clone(),
     });
     let mut builder = ToolRegistry::builder();
     for tool in tools::workspace_tools() {
@@ -155,6 +179,20 @@ pub fn tool_host(
     if let Some(tool) = &workflow {
         builder = builder.with(tool.clone());
     }
+    let wants_delegation =
+        !request.no_subagents && (granted.contains(AGENT) || granted.contains(AGENTS));
+    let delegation = match delegation {
+        Some(setup) if wants_delegation => Some(DelegationManager::new(setup)?),
+        _ => None,
+    };
+    if let Some(manager) = &delegation {
+        if granted.contains(AGENT) {
+            builder = builder.with(AgentTool::new(manager.clone()));
+        }
+        if granted.contains(AGENTS) {
+            builder = builder.with(AgentsTool::new(manager.clone()));
+        }
+    }
     let registry = builder
         .build()
         .map_err(|e| HostError::Registry(e.to_string()))?;
@@ -170,29 +208,67 @@ pub fn tool_host(
         ctx = ctx.with_labels(labels);
     }
     Ok(Arc::new(SessionTools {
-        registry,
-        ctx,
-        notices,
+        inner: Some((registry, ctx)),
+        inbox,
         processes,
         workflow,
+        delegation,
         home: request.home.clone(),
     }))
 }
 
-/// The tools of one session. Dropping it stops every process and background workflow run the
-/// session started.
-struct SessionTools {
-    registry: ToolRegistry,
-    ctx: ToolContext,
-    notices: Arc<Mutex<Vec<ToolNotice>>>,
+/// Where notices for a session wait until its next model request: background completions,
+/// and messages from a parent agent. Clones share the queue.
+#[derive(Clone, Debug, Default)]
+pub struct Inbox(Arc<Mutex<Vec<ToolNotice>>>);
+
+impl Inbox {
+    /// Queues `notice`.
+    pub fn push(&self, notice: ToolNotice) {
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(notice);
+    }
+
+    fn take(&self) -> Vec<ToolNotice> {
+        std::mem::take(&mut *self.0.lock().unwrap_or_else(PoisonError::into_inner))
+    }
+}
+
+/// The tools of one session. Dropping it stops every child agent, process and background
+/// workflow run the session started.
+pub struct SessionTools {
+    /// The registry and the context calls run with; `None` when the session has no tools.
+    inner: Option<(ToolRegistry, ToolContext)>,
+    inbox: Inbox,
     processes: Option<ProcessManager>,
     workflow: Option<WorkflowTool>,
+    delegation: Option<DelegationManager>,
     home: RhoHome,
+}
+
+impl std::fmt::Debug for SessionTools {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SessionTools")
+            .field("tools", &self.inner.as_ref().map(|(r, _)| r.names()))
+            .finish_non_exhaustive()
+    }
+}
+
+impl SessionTools {
+    /// The session's inbox (a parent agent's messages go there).
+    pub fn inbox(&self) -> Inbox {
+        self.inbox.clone()
+    }
 }
 
 impl ToolHost for SessionTools {
     fn specs(&self) -> Vec<ToolSpec> {
-        self.registry
+        let Some((registry, _)) = &self.inner else {
+            return Vec::new();
+        };
+        registry
             .specs()
             .into_iter()
             .map(|spec| ToolSpec {
@@ -204,6 +280,9 @@ impl ToolHost for SessionTools {
     }
 
     fn call(&self, call: &ToolCall, cancel: &CancelToken) -> ToolOutcome {
+        let Some((registry, ctx)) = &self.inner else {
+            return NoTools.call(call, cancel);
+        };
         let args = match serde_json::from_str::<serde_json::Value>(&call.arguments) {
             Ok(value) => value,
             Err(e) if call.arguments.trim().is_empty() => {
@@ -220,8 +299,8 @@ impl ToolHost for SessionTools {
                 };
             }
         };
-        let ctx = self.ctx.clone().with_cancel(cancel.clone());
-        match self.registry.call(&call.name, args, &ctx) {
+        let ctx = ctx.clone().with_cancel(cancel.clone());
+        match registry.call(&call.name, args, &ctx) {
             Ok(output) => ToolOutcome {
                 content: output.summary,
                 is_error: false,
@@ -234,14 +313,30 @@ impl ToolHost for SessionTools {
     }
 
     fn take_notices(&self) -> Vec<String> {
-        let drained: Vec<ToolNotice> =
-            std::mem::take(&mut *self.notices.lock().unwrap_or_else(PoisonError::into_inner));
-        drained.into_iter().map(|n| n.summary).collect()
+        self.inbox
+            .take()
+            .into_iter()
+            .map(|n| {
+                if n.summary.starts_with('[') {
+                    n.summary
+                } else {
+                    format!("[{} notice: {}]\n{}", n.tool, n.kind, n.summary)
+                }
+            })
+            .collect()
+    }
+
+    fn runs_concurrently(&self, name: &str) -> bool {
+        // Foreground delegations in one step run together; everything else in order.
+        name == AGENT && self.delegation.is_some()
     }
 }
 
 impl Drop for SessionTools {
     fn drop(&mut self) {
+        if let Some(delegation) = &self.delegation {
+            delegation.shutdown();
+        }
         if let Some(processes) = &self.processes {
             processes.shutdown();
         }
@@ -254,7 +349,7 @@ impl Drop for SessionTools {
 /// The front end the session's tools reach a person through.
 struct SessionFront {
     consent: Option<Box<dyn Fn(&ConfirmRequest) -> ConfirmAnswer + Send + Sync>>,
-    notices: Arc<Mutex<Vec<ToolNotice>>>,
+    inbox: Inbox,
 }
 
 impl tools::ToolHost for SessionFront {
@@ -271,9 +366,6 @@ impl tools::ToolHost for SessionFront {
 
     fn notify(&self, notice: ToolNotice) {
         tracing::info!(tool = %notice.tool, kind = %notice.kind, "tool notice queued for the model");
-        self.notices
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .push(notice);
+        self.inbox.push(notice);
     }
 }

@@ -172,6 +172,7 @@ impl AgentExecutor for RuntimeAgentExecutor {
             },
             None,
             Some(labels),
+            None,
         ) {
             Ok(tools) => tools,
             Err(e) => return failure(format!("agent {}: {e}", request.agent)),

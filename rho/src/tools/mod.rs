@@ -44,6 +44,7 @@
 //! Workspace tools touch the workspace only through [`workspace`] (no symbolic link followed,
 //! atomic writes) and run processes only through their own bounded launchers.
 
+pub mod agent;
 pub mod apply_patch;
 pub mod bash;
 pub mod context;

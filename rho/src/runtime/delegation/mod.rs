@@ -5,6 +5,7 @@
 //! Invariant: a run is observed only through its files, so any process can attach to it
 //! without owning it, and a status written as terminal stays terminal.
 
+pub mod manager;
 pub mod pool;
 pub mod rundir;
 pub mod status;

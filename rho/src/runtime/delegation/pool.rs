@@ -7,7 +7,7 @@
 //! first, so Claude runs waiting for their own pool never sit on global permits that rho runs
 //! could use.
 
-use std::sync::{Arc, Condvar, Mutex, PoisonError};
+use std::sync::{Arc, Condvar, Mutex, OnceLock, PoisonError};
 use std::time::Duration;
 
 use super::DelegationError;
@@ -159,6 +159,17 @@ impl AgentPools {
             claude,
         })
     }
+}
+
+/// The pools every delegated run of this process draws from, sized from the environment
+/// on first use (an invalid size is reported each time and nothing is cached).
+pub fn process_pools() -> Result<AgentPools, DelegationError> {
+    static POOLS: OnceLock<AgentPools> = OnceLock::new();
+    if let Some(pools) = POOLS.get() {
+        return Ok(pools.clone());
+    }
+    let pools = AgentPools::from_env(|name| std::env::var(name).ok())?;
+    Ok(POOLS.get_or_init(|| pools).clone())
 }
 
 fn parse_size(var: &'static str, value: Option<String>) -> Result<Option<usize>, DelegationError> {
