@@ -103,8 +103,7 @@ fn the_explorer_reads_with_its_four_tools_and_the_result_reaches_the_model() {
     assert!(results[1].contains("notes.txt"), "{}", results[1]);
 
     // The transcript records the calls and their results.
-    let events =
-        rho::runtime::transcript::read_events(&env.transcripts()[0]).unwrap();
+    let events = rho::runtime::transcript::read_events(&env.transcripts()[0]).unwrap();
     let kinds: Vec<&str> = events.iter().filter_map(|e| e["type"].as_str()).collect();
     assert_eq!(
         kinds,
@@ -205,11 +204,7 @@ fn a_before_tool_use_hook_denies_a_read() {
         "#!/bin/sh\ncat >/dev/null\necho '{\"version\":1,\"decision\":\"deny\",\"reason\":\"no secrets today\"}'\n",
     )
     .unwrap();
-    std::fs::set_permissions(
-        &hook,
-        std::os::unix::fs::PermissionsExt::from_mode(0o755),
-    )
-    .unwrap();
+    std::fs::set_permissions(&hook, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
     std::fs::write(
         env.home.join("hooks.toml"),
         format!(

@@ -393,10 +393,15 @@ impl RecordedRequest {
 
 struct Shared {
     script: Mutex<VecDeque<Reply>>,
+    /// Replies reserved for requests whose body contains a marker, tried before `script`.
+    routed: Mutex<Vec<(String, VecDeque<Reply>)>>,
     requests: Mutex<Vec<RecordedRequest>>,
     arrived: Condvar,
     shutdown: AtomicBool,
     counter: AtomicU64,
+    /// Model requests being answered now, and the most seen at once.
+    in_flight: AtomicU64,
+    max_in_flight: AtomicU64,
     required_key: Option<String>,
     record_to: Option<std::path::PathBuf>,
     written: Mutex<Vec<WrittenEvent>>,
@@ -444,10 +449,13 @@ impl ModelServer {
         let addr = listener.local_addr().expect("model server address");
         let shared = Arc::new(Shared {
             script: Mutex::new(script.into_iter().collect()),
+            routed: Mutex::new(Vec::new()),
             requests: Mutex::new(Vec::new()),
             arrived: Condvar::new(),
             shutdown: AtomicBool::new(false),
             counter: AtomicU64::new(0),
+            in_flight: AtomicU64::new(0),
+            max_in_flight: AtomicU64::new(0),
             required_key: options.required_api_key,
             record_to: options.record_to,
             written: Mutex::new(Vec::new()),
@@ -492,6 +500,21 @@ impl ModelServer {
             .lock()
             .expect("script lock")
             .push_back(reply);
+    }
+
+    /// Reserves `replies`, in order, for model requests whose body contains `marker` (a
+    /// delegated child's system prompt, say), so concurrent sessions get their own replies.
+    pub fn route(&self, marker: &str, replies: impl IntoIterator<Item = Reply>) {
+        self.shared
+            .routed
+            .lock()
+            .expect("routes lock")
+            .push((marker.to_owned(), replies.into_iter().collect()));
+    }
+
+    /// The most model requests that were being answered at the same time.
+    pub fn max_in_flight(&self) -> u64 {
+        self.shared.max_in_flight.load(Ordering::SeqCst)
     }
 
     /// Replies not yet played.
@@ -563,6 +586,15 @@ fn is_model_path(path: &str) -> bool {
 enum Protocol {
     Anthropic,
     OpenAi,
+}
+
+/// Counts one model request as being answered until dropped.
+struct InFlight<'a>(&'a AtomicU64);
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 fn serve_connection(shared: &Shared, stream: TcpStream) {
@@ -656,7 +688,14 @@ fn serve_connection(shared: &Shared, stream: TcpStream) {
         .pointer("/stream_options/include_usage")
         .and_then(Value::as_bool)
         == Some(true);
-    let reply = shared.script.lock().expect("script lock").pop_front();
+    let routed = shared
+        .routed
+        .lock()
+        .expect("routes lock")
+        .iter_mut()
+        .find(|(marker, replies)| !replies.is_empty() && request.body.contains(marker.as_str()))
+        .and_then(|(_, replies)| replies.pop_front());
+    let reply = routed.or_else(|| shared.script.lock().expect("script lock").pop_front());
     let Some(reply) = reply else {
         write_error(
             &mut out,
@@ -672,6 +711,9 @@ fn serve_connection(shared: &Shared, stream: TcpStream) {
         reply => reply,
     };
     let serial = shared.counter.fetch_add(1, Ordering::SeqCst);
+    let now = shared.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+    shared.max_in_flight.fetch_max(now, Ordering::SeqCst);
+    let _in_flight = InFlight(&shared.in_flight);
     let ctx = RenderContext {
         protocol,
         model,

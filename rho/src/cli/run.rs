@@ -30,10 +30,10 @@ use crate::agents::binder::Invocation;
 use crate::agents::{Catalog, CatalogSources};
 use crate::paths::{self, RhoHome};
 use crate::runtime::agent_loop::{LoopEvent, Session, SessionLimits, TurnEnd};
+use crate::runtime::delegation::manager::DelegationSetup;
 use crate::runtime::launch::{self, LaunchRequest};
 use crate::runtime::provider::select::process_env;
 use crate::runtime::transcript::Transcript;
-use crate::runtime::delegation::manager::DelegationSetup;
 use crate::workflow::exec::CancelToken;
 
 /// The default model-step budget of `rho run`.

@@ -26,11 +26,11 @@ use crate::cli::session_args::SessionArgs;
 use crate::config::Config;
 use crate::paths::{self, RhoHome};
 use crate::runtime::agent_loop::{LoopEvent, Session, SessionLimits, TurnEnd};
+use crate::runtime::delegation::manager::DelegationSetup;
 use crate::runtime::launch::{self, LaunchRequest};
 use crate::runtime::provider::Message;
 use crate::runtime::provider::select::process_env;
 use crate::runtime::transcript::Transcript;
-use crate::runtime::delegation::manager::DelegationSetup;
 use crate::workflow::exec::CancelToken;
 
 /// Model steps allowed per interactive turn.

@@ -421,7 +421,9 @@ impl Session {
                 // one batch; every other call is a batch of its own, run in order.
                 let mut batch_end = next + 1;
                 if self.tools.runs_concurrently(&calls[next].name) {
-                    while batch_end < calls.len() && self.tools.runs_concurrently(&calls[batch_end].name) {
+                    while batch_end < calls.len()
+                        && self.tools.runs_concurrently(&calls[batch_end].name)
+                    {
                         batch_end += 1;
                     }
                 }

@@ -16,13 +16,13 @@ use rho_policy::hooks::HostLabels;
 use rho_policy::{ApprovalResponder, ModeSelection};
 
 use super::agent_loop::{NoTools, ToolHost, ToolOutcome};
+use super::delegation::manager::{DelegateError, DelegationManager, DelegationSetup};
 use super::provider::{ToolCall, ToolSpec};
 use crate::agents::HostCapabilities;
 use crate::config::Config;
 use crate::paths::RhoHome;
 use crate::permissions::{HostAuthorizer, PermissionsError, SharedHostAuthorizer};
 use crate::process::{ProcessConfig, ProcessError, ProcessManager};
-use super::delegation::manager::{DelegateError, DelegationManager, DelegationSetup};
 use crate::tools::agent::{AgentTool, AgentsTool};
 use crate::tools::process::ProcessTool;
 use crate::tools::workflow::WorkflowTool;

@@ -247,7 +247,11 @@ impl Tool for AgentsTool {
         _ctx: &ToolContext,
     ) -> Result<Vec<ToolPermission>, ToolError> {
         let args: AgentsArgs = parse_args(AGENTS, args)?;
-        let target = args.id.as_deref().map(|id| format!(" `{id}`")).unwrap_or_default();
+        let target = args
+            .id
+            .as_deref()
+            .map(|id| format!(" `{id}`"))
+            .unwrap_or_default();
         Ok(vec![ToolPermission::read(format!(
             "{} delegated run{target}",
             args.action

@@ -26,8 +26,8 @@ use serde_json::json;
 use super::pool::{AgentPools, PoolKind, process_pools};
 use super::rundir::{AttachEventKind, RunDirectory};
 use super::status::{RunRuntime, RunState, RunStatus};
-use crate::agents::binder::{self, BindRequest, BoundRuntime, ClaudeLaunch, Invocation};
 use crate::agents::Catalog;
+use crate::agents::binder::{self, BindRequest, BoundRuntime, ClaudeLaunch, Invocation};
 use crate::config::Config;
 use crate::paths::RhoHome;
 use crate::runtime::agent_loop::{LoopEvent, Session, SessionLimits, TurnEnd};
@@ -236,7 +236,9 @@ impl DelegationManager {
             ),
         };
         let mut status = RunStatus::starting(agent_id, Some(&fingerprint), runtime);
-        status.parent_session_id.clone_from(&setup.parent_session_id);
+        status
+            .parent_session_id
+            .clone_from(&setup.parent_session_id);
         if let Child::Rho(prepared) = &child {
             let choice = prepared.client.choice();
             status.provider = Some(choice.endpoint.provider.clone());
@@ -270,8 +272,12 @@ impl DelegationManager {
             .name(format!("rho-agent-{id}"))
             .spawn(move || {
                 let final_status = match child {
-                    Child::Rho(prepared) => run_rho(&inner, &worker, &run, status, *prepared, &prompt),
-                    Child::Claude(launch) => run_claude(&inner, &worker, &run, status, &launch, &prompt),
+                    Child::Rho(prepared) => {
+                        run_rho(&inner, &worker, &run, status, *prepared, &prompt)
+                    }
+                    Child::Claude(launch) => {
+                        run_claude(&inner, &worker, &run, status, &launch, &prompt)
+                    }
                 };
                 finish(&worker, final_status);
             });
@@ -326,7 +332,11 @@ impl DelegationManager {
                 let state = lock(&h.state);
                 format!(
                     "{} {} ({}): {} · {} · attach: rho attach {}",
-                    if h.background { "background" } else { "foreground" },
+                    if h.background {
+                        "background"
+                    } else {
+                        "foreground"
+                    },
                     h.id,
                     h.agent_id,
                     state.status.state,
@@ -599,7 +609,11 @@ fn run_rho(
         .pools
         .acquire(PoolKind::Rho, &|| handle.cancel.is_cancelled())
     else {
-        return stopped(run, status, "cancelled while waiting for a place in the agent pool");
+        return stopped(
+            run,
+            status,
+            "cancelled while waiting for a place in the agent pool",
+        );
     };
     let tools = match tool_host(
         &HostRequest {
@@ -622,7 +636,13 @@ fn run_rho(
     *lock(&handle.inbox) = Some(tools.inbox());
     let transcript = match Transcript::create(&run.path().join("session")) {
         Ok(t) => t,
-        Err(e) => return failed(run, status, format!("cannot create the child's transcript: {e}")),
+        Err(e) => {
+            return failed(
+                run,
+                status,
+                format!("cannot create the child's transcript: {e}"),
+            );
+        }
     };
     let meta = json!({
         "invocation": "delegated",
@@ -642,7 +662,13 @@ fn run_rho(
         meta,
     ) {
         Ok(s) => s,
-        Err(e) => return failed(run, status, format!("cannot write the child's transcript: {e}")),
+        Err(e) => {
+            return failed(
+                run,
+                status,
+                format!("cannot write the child's transcript: {e}"),
+            );
+        }
     };
     status.transition(RunState::Running);
     record(run, &status, None);
@@ -747,7 +773,11 @@ fn run_claude(
         .pools
         .acquire(PoolKind::Claude, &|| handle.cancel.is_cancelled())
     else {
-        return stopped(run, status, "cancelled while waiting for a place in the Claude pool");
+        return stopped(
+            run,
+            status,
+            "cancelled while waiting for a place in the Claude pool",
+        );
     };
     let request = ClaudeRunRequest {
         launch,
