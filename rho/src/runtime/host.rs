@@ -54,12 +54,15 @@ pub enum HostError {
     Registry(String),
 }
 
+/// Answers an explicit consent question (see [`Interaction::consent`]).
+pub type ConsentAsker = Box<dyn Fn(&ConfirmRequest) -> ConfirmAnswer + Send + Sync>;
+
 /// How a person is reached from a session, when one can be.
 pub struct Interaction {
     /// Answers "require approval" steps of the permission path.
     pub approvals: Box<dyn ApprovalResponder + Send>,
     /// Answers explicit consent questions (running one exact workflow digest).
-    pub consent: Box<dyn Fn(&ConfirmRequest) -> ConfirmAnswer + Send + Sync>,
+    pub consent: ConsentAsker,
 }
 
 impl std::fmt::Debug for Interaction {
@@ -348,7 +351,7 @@ impl Drop for SessionTools {
 
 /// The front end the session's tools reach a person through.
 struct SessionFront {
-    consent: Option<Box<dyn Fn(&ConfirmRequest) -> ConfirmAnswer + Send + Sync>>,
+    consent: Option<ConsentAsker>,
     inbox: Inbox,
 }
 

@@ -308,7 +308,7 @@ impl DelegationManager {
             if cancel.is_cancelled() {
                 handle.cancel.cancel();
                 drop(state);
-                return Ok(self.stop_handle(&handle));
+                return Ok(Self::stop_handle(&handle));
             }
             state = handle
                 .changed
@@ -367,7 +367,7 @@ impl DelegationManager {
     /// Cancels a child and waits (bounded) for it to stop; returns its final outcome.
     pub fn stop(&self, id: &str) -> Result<(String, bool), DelegateError> {
         let handle = self.handle(id)?;
-        Ok(self.stop_handle(&handle))
+        Ok(Self::stop_handle(&handle))
     }
 
     /// Queues a plain-text message for a running rho child (read before its next model
@@ -452,7 +452,7 @@ impl DelegationManager {
             .ok_or_else(|| DelegateError::UnknownRun { id: id.to_owned() })
     }
 
-    fn stop_handle(&self, handle: &Handle) -> (String, bool) {
+    fn stop_handle(handle: &Handle) -> (String, bool) {
         handle.cancel.cancel();
         let deadline = Instant::now() + STOP_WAIT;
         let mut state = lock(&handle.state);
