@@ -47,6 +47,8 @@ fn the_default_agent_is_offered_every_host_tool() {
     assert_eq!(
         offered_tools(&body),
         [
+            "agent",
+            "agents",
             "apply_patch",
             "bash",
             "edit_file",

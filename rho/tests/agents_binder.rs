@@ -397,10 +397,12 @@ fn read_only_rule() {
         ("tools: [read_file, list_dir, glob, grep]", true),
         ("tools: [read_file, web_search]", true),
         ("tools: []", true),
-        ("tools: [read_file, bash]", false),
+        // Commands of a read-only agent run under the kernel's read-only ruleset.
+        ("tools: [read_file, bash]", true),
         ("tools: [read_file, write_file]", false),
         ("tools: [edit_file]", false),
-        ("tools: [process]", false),
+        ("tools: [process]", true),
+        ("tools: [bash, write_file]", false),
         ("tools: [rho]", false),
         ("tools: all", false),
     ];

@@ -330,7 +330,7 @@ fn claude_children(pool: &[(&str, &str)]) -> (usize, std::process::Output, Agent
     std::fs::write(
         env.user_home.join(".claude-standin.env"),
         format!(
-            "CLAUDE_STANDIN_SCENARIO=slow\nCLAUDE_STANDIN_SPANS={}\n",
+            "CLAUDE_STANDIN_SCENARIO=slow_spans\nCLAUDE_STANDIN_SPANS={}\n",
             spans.display()
         ),
     )

@@ -34,6 +34,7 @@ fn manager_in(root: &Path, limits: ProcessLimits) -> ProcessManager {
         workspace_root: root.to_path_buf(),
         environment: environment(),
         limits,
+        confinement: None,
     })
     .unwrap()
 }
@@ -558,6 +559,7 @@ fn every_limit_gives_its_typed_error() {
             max_records: 4,
             ..ProcessLimits::default()
         },
+        confinement: None,
     });
     assert!(matches!(
         bad,

@@ -318,3 +318,164 @@ fn a_turn_with_a_tool_call_and_inline_approvals_answered_y_and_n() {
     term.line("/exit");
     assert_eq!(term.wait(), 0);
 }
+
+/// Text only the explorer's system prompt contains.
+const EXPLORER_MARKER: &str = "You are working as an explorer";
+
+/// A reply streamed in `pieces` chunks, `delay` apart.
+fn slow_reply(text: &str, delay: Duration) -> Reply {
+    let pieces: Vec<&str> = text.split_inclusive(' ').collect();
+    Reply::Turn(
+        ScriptedTurn::text(text)
+            .with_text_chunks(&pieces)
+            .with_chunk_delay(delay),
+    )
+}
+
+/// The delegated runs of a sandbox, in start order: `(id, run directory)`.
+fn delegated_runs(sandbox: &Sandbox) -> Vec<(String, PathBuf)> {
+    let text =
+        std::fs::read_to_string(sandbox.home.join("subagents/index.jsonl")).unwrap_or_default();
+    text.lines()
+        .map(|line| {
+            let v: serde_json::Value = serde_json::from_str(line).unwrap();
+            (
+                v["id"].as_str().unwrap().to_owned(),
+                PathBuf::from(v["dir"].as_str().unwrap()),
+            )
+        })
+        .collect()
+}
+
+/// Waits until the run's `result.json` says `state`.
+fn wait_for_state(dir: &std::path::Path, state: &str) -> serde_json::Value {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        if let Ok(text) = std::fs::read_to_string(dir.join("result.json"))
+            && let Ok(value) = serde_json::from_str::<serde_json::Value>(&text)
+            && value["state"] == state
+        {
+            return value;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{} never reached {state}",
+            dir.display()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn a_background_child_reports_at_the_next_turn_boundary() {
+    let server = ModelServer::start([
+        Reply::tool_call(
+            "agent",
+            &json!({"agent_id": "explorer", "prompt": "look around", "background": true}),
+        ),
+        Reply::text("Started it in the background."),
+        Reply::text("The explorer finished: it found the README."),
+    ]);
+    server.route(
+        EXPLORER_MARKER,
+        [slow_reply(
+            "found the README at the top level",
+            Duration::from_millis(100),
+        )],
+    );
+    let sandbox = Sandbox::new(&server);
+    let mut term = Terminal::spawn(&sandbox, &["--permission-mode", "plan"]);
+    term.line("delegate a look around");
+    term.expect("Started it in the background.");
+    let runs = delegated_runs(&sandbox);
+    assert_eq!(runs.len(), 1);
+    // The tool answered at once with the run id.
+    let second = server.model_requests()[1].json().to_string();
+    assert!(
+        second.contains(&format!(
+            "agent {} (explorer) started in background",
+            runs[0].0
+        )),
+        "{second}"
+    );
+    assert!(!second.contains("agent notification"), "{second}");
+    let status = wait_for_state(&runs[0].1, "ok");
+    assert_eq!(status["result"], "found the README at the top level");
+
+    term.line("anything new?");
+    term.expect("The explorer finished");
+    let last = server.model_requests().last().unwrap().json().to_string();
+    assert!(last.contains("[agent notification]"), "{last}");
+    assert!(last.contains("found the README at the top level"), "{last}");
+    term.line("/exit");
+    assert_eq!(term.wait(), 0);
+}
+
+#[test]
+fn agents_stop_cancels_a_child_and_leaving_the_session_cancels_the_rest() {
+    let server = ModelServer::start([
+        Reply::tool_call(
+            "agent",
+            &json!({"agent_id": "explorer", "prompt": "first", "background": true}),
+        ),
+        Reply::text("First started."),
+    ]);
+    let endless = "a b c d e f g h i j k l m n o p q r s t u v w x y z";
+    server.route(
+        EXPLORER_MARKER,
+        [
+            slow_reply(endless, Duration::from_secs(2)),
+            slow_reply(endless, Duration::from_secs(2)),
+        ],
+    );
+    let sandbox = Sandbox::new(&server);
+    let mut term = Terminal::spawn(&sandbox, &["--permission-mode", "plan"]);
+    term.line("start one");
+    term.expect("First started.");
+    let (first, first_dir) = delegated_runs(&sandbox).remove(0);
+    wait_for_state(&first_dir, "running");
+
+    // Stop it through `agents`.
+    server.push(Reply::tool_call(
+        "agents",
+        &json!({"action": "stop", "id": first}),
+    ));
+    server.push(Reply::text("Stopped the first."));
+    term.line("stop it");
+    term.expect("Stopped the first.");
+    let status = wait_for_state(&first_dir, "stopped");
+    assert_eq!(status["agent_id"], "explorer");
+    let stop_result = server.model_requests().last().unwrap().json().to_string();
+    assert!(stop_result.contains("stopped"), "{stop_result}");
+    assert!(stop_result.contains("unverified"), "{stop_result}");
+
+    // A second child, followed from another process, is cancelled when the session ends.
+    server.push(Reply::tool_call(
+        "agent",
+        &json!({"agent_id": "explorer", "prompt": "second", "background": true}),
+    ));
+    server.push(Reply::text("Second started."));
+    term.line("start another");
+    term.expect("Second started.");
+    let (second, second_dir) = delegated_runs(&sandbox).remove(1);
+    wait_for_state(&second_dir, "running");
+    let attach = Command::new(rho_e2e::binary("rho"))
+        .args(["attach", &second])
+        .current_dir("/")
+        .env_clear()
+        .env("PATH", "/usr/bin:/bin")
+        .env("HOME", sandbox.home.parent().unwrap())
+        .env("RHO_HOME", &sandbox.home)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    term.line("/exit");
+    assert_eq!(term.wait(), 0);
+    wait_for_state(&second_dir, "stopped");
+    let attached = attach.wait_with_output().unwrap();
+    let shown = String::from_utf8_lossy(&attached.stdout);
+    assert!(shown.contains("stopped"), "attach saw: {shown}");
+}

@@ -24,8 +24,9 @@
 //!
 //! Read-only rule ([`is_read_only`]): a bound agent is read-only only on the `rho` runtime and
 //! only when every capability it holds is in [`READ_ONLY_CAPABILITIES`]: reading and searching
-//! files, web search and fetch, the questionnaire (asks the user, changes nothing) and `skill`
-//! (loads a skill's instructions). Writes, patches, shells, processes, nested agents, `rho`
+//! files, web search and fetch, the questionnaire (asks the user, changes nothing), `skill`
+//! (loads a skill's instructions), and `bash` and `process`, whose commands a read-only
+//! agent runs under the kernel's read-only ruleset. Writes, patches, nested agents, `rho`
 //! (workflows) and every extension capability (unknown effect) are mutating. A `claude-cli`
 //! agent is never read-only: its tools are Claude's and their effects are not ours to verify.
 //!
@@ -48,13 +49,18 @@ use super::definition::{
 use super::{AgentError, builtin::BASE_PROMPT};
 use crate::config::Config;
 
-/// Capabilities that cannot change the workspace, start processes or delegate.
-pub const READ_ONLY_CAPABILITIES: [&str; 9] = [
+/// Capabilities a read-only agent may hold: they cannot change the workspace or delegate.
+/// `bash` and `process` are here because a read-only agent's commands run under the
+/// kernel's read-only ruleset (Landlock: writes only to a private scratch directory), so
+/// read-only is enforced, not assumed.
+pub const READ_ONLY_CAPABILITIES: [&str; 11] = [
+    "bash",
     "fetch_content",
     "get_search_content",
     "glob",
     "grep",
     "list_dir",
+    "process",
     "questionnaire",
     "read_file",
     "skill",
@@ -697,13 +703,11 @@ mod tests {
     #[test]
     fn read_only_set_is_disjoint_from_mutating_capabilities() {
         for mutating in [
-            "bash",
             "powershell",
             "shell",
             "write_file",
             "edit_file",
             "apply_patch",
-            "process",
             "agent",
             "agents",
             "rho",

@@ -329,6 +329,7 @@ pub fn run_run(args: &RunArgs, session_args: &SessionArgs) -> CliResult {
             no_tools: session_args.no_tools,
             no_subagents: session_args.no_subagents,
             headless: true,
+            read_only: false,
         },
         None,
         None,

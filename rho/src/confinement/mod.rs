@@ -543,6 +543,55 @@ impl Confinement {
     }
 }
 
+/// A confinement with the private scratch directory its processes may write (removed when
+/// the last holder drops it): what a read-only agent's `bash` and `process` tools run under.
+#[derive(Debug)]
+pub struct ScratchConfinement {
+    confinement: Arc<Confinement>,
+    scratch: ScratchDir,
+}
+
+impl ScratchConfinement {
+    /// The read-only ruleset (network allowed) over a fresh scratch directory in the system
+    /// temporary directory. Fails closed where the kernel cannot enforce it.
+    pub fn read_only() -> Result<Arc<Self>, ConfinementError> {
+        let parent = std::env::temp_dir();
+        let scratch = ScratchDir::create_in(&parent).map_err(|source| ConfinementError::Open {
+            path: parent.clone(),
+            source,
+        })?;
+        let confinement = Confinement::for_request(ConfinementRequest::READ_ONLY, scratch.path())?
+            .ok_or_else(|| ConfinementError::Unsupported {
+                what: "access = \"read_only\"",
+                reason: "no ruleset was prepared".to_owned(),
+            })?;
+        Ok(Arc::new(ScratchConfinement {
+            confinement,
+            scratch,
+        }))
+    }
+
+    /// The confinement to install in each child.
+    pub fn confinement(&self) -> &Arc<Confinement> {
+        &self.confinement
+    }
+
+    /// The directory the confined processes may write (their `TMPDIR`).
+    pub fn scratch(&self) -> &Path {
+        self.scratch.path()
+    }
+
+    /// `env` with `TMPDIR` pointing at the scratch directory.
+    pub fn environment(
+        &self,
+        env: impl IntoIterator<Item = (std::ffi::OsString, std::ffi::OsString)>,
+    ) -> Vec<(std::ffi::OsString, std::ffi::OsString)> {
+        let mut vars: Vec<_> = env.into_iter().filter(|(k, _)| k != "TMPDIR").collect();
+        vars.push(("TMPDIR".into(), self.scratch().as_os_str().to_owned()));
+        vars
+    }
+}
+
 /// A private scratch directory for one confined process tree, removed with its content when
 /// dropped. Point `TMPDIR` (and tool caches) at it.
 #[derive(Debug)]

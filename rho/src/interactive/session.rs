@@ -278,6 +278,7 @@ impl Interactive {
                 no_tools: session_args.no_tools,
                 no_subagents: session_args.no_subagents,
                 headless: false,
+                read_only: false,
             },
             Some(super::approval::interaction(turn_cancelled.clone())),
             None,

@@ -83,6 +83,9 @@ pub struct ProcessConfig {
     pub environment: Vec<(OsString, OsString)>,
     /// The limits.
     pub limits: ProcessLimits,
+    /// Kernel confinement every command applies before it runs (a read-only agent's
+    /// processes); its scratch directory is the commands' `TMPDIR`.
+    pub confinement: Option<Arc<crate::confinement::ScratchConfinement>>,
 }
 
 impl ProcessConfig {
@@ -93,7 +96,17 @@ impl ProcessConfig {
             workspace_root: workspace_root.into(),
             environment: tree::child_environment(std::env::vars_os(), extra_excludes),
             limits: ProcessLimits::default(),
+            confinement: None,
         }
+    }
+
+    /// The same configuration with every command confined by `confinement` (and `TMPDIR`
+    /// set to its scratch directory).
+    #[must_use]
+    pub fn confined(mut self, confinement: Arc<crate::confinement::ScratchConfinement>) -> Self {
+        self.environment = confinement.environment(self.environment);
+        self.confinement = Some(confinement);
+        self
     }
 }
 
@@ -476,6 +489,11 @@ impl ProcessManager {
             &record,
             &self.inner.config.workspace_root,
             &self.inner.config.environment,
+            self.inner
+                .config
+                .confinement
+                .as_ref()
+                .map(|c| Arc::clone(c.confinement())),
             timeout,
             limits,
         );

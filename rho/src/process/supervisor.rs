@@ -103,6 +103,7 @@ pub(super) fn launch(
     record: &Arc<Record>,
     cwd: &Path,
     env: &[(OsString, OsString)],
+    confinement: Option<Arc<crate::confinement::Confinement>>,
     timeout: Option<Duration>,
     limits: &ProcessLimits,
 ) {
@@ -113,7 +114,7 @@ pub(super) fn launch(
             return;
         }
     };
-    let launched = match tree::launch_shell(&record.command, cwd, env) {
+    let launched = match tree::launch_shell(&record.command, cwd, env, confinement) {
         Ok(launched) => launched,
         Err(e) => {
             fail(

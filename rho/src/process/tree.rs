@@ -96,6 +96,7 @@ pub fn launch_shell(
     command: &str,
     cwd: &Path,
     env: &[(OsString, OsString)],
+    confinement: Option<std::sync::Arc<crate::confinement::Confinement>>,
 ) -> Result<LaunchedShell, ExecError> {
     let argv = vec![
         c_string(SHELL.as_bytes(), "the shell path")?,
@@ -143,7 +144,7 @@ pub fn launch_shell(
         stdin_fd: stdin.as_raw_fd(),
         stdout_fd: out_w.as_raw_fd(),
         stderr_fd: err_w.as_raw_fd(),
-        confinement: None,
+        confinement,
         cgroup_procs_fd: None,
     })?;
     // Only the tree holds the write ends now: end of file means every holder is gone.

@@ -13,17 +13,19 @@ use std::path::Path;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use rho_policy::hooks::HostLabels;
-use rho_policy::{ApprovalResponder, ModeSelection};
+use rho_policy::{ApprovalResponder, ModeSelection, PermissionMode};
 
 use super::agent_loop::{NoTools, ToolHost, ToolOutcome};
 use super::delegation::manager::{DelegateError, DelegationManager, DelegationSetup};
 use super::provider::{ToolCall, ToolSpec};
 use crate::agents::HostCapabilities;
 use crate::config::Config;
+use crate::confinement::{ConfinementError, ScratchConfinement};
 use crate::paths::RhoHome;
 use crate::permissions::{HostAuthorizer, PermissionsError, SharedHostAuthorizer};
 use crate::process::{ProcessConfig, ProcessError, ProcessManager};
 use crate::tools::agent::{AgentTool, AgentsTool};
+use crate::tools::bash::Bash;
 use crate::tools::process::ProcessTool;
 use crate::tools::workflow::WorkflowTool;
 use crate::tools::{
@@ -35,6 +37,9 @@ const PROCESS: &str = "process";
 const WORKFLOW: &str = "workflow";
 const AGENT: &str = "agent";
 const AGENTS: &str = "agents";
+const BASH: &str = "bash";
+/// The tools a read-only session is not given.
+const WRITE_TOOLS: [&str; 3] = ["apply_patch", "edit_file", "write_file"];
 
 /// Why a session's tools could not be assembled. Nothing was started.
 #[derive(Debug, thiserror::Error)]
@@ -46,6 +51,9 @@ pub enum HostError {
     /// Child agents cannot be started (an invalid pool size).
     #[error("cannot set up delegation: {0}")]
     Delegation(#[from] DelegateError),
+    /// A read-only session's commands cannot be confined by this kernel (fails closed).
+    #[error("read-only tools cannot be confined: {0}")]
+    Confinement(#[from] ConfinementError),
     /// The background process manager could not start.
     #[error("cannot start the process manager: {0}")]
     Processes(#[from] ProcessError),
@@ -90,6 +98,10 @@ pub struct HostRequest<'a> {
     pub no_subagents: bool,
     /// No person can answer an approval (approvals fail closed).
     pub headless: bool,
+    /// Read-only: no write tools (nor `workflow`), and every command the agent runs is
+    /// confined by the kernel to writing its scratch directory (a read-only agent node, or
+    /// the `plan` mode).
+    pub read_only: bool,
 }
 
 /// The tool names this host can build, in name order: the workspace tools, `process` and
@@ -162,23 +174,39 @@ pub fn tool_host(
         consent,
         inbox: inbox.clone(),
     });
+    // Plan mode denies writes and processes by policy and keeps its tools (the model reads
+    // why a call was denied); its commands are confined all the same. A read-only node is not
+    // given write tools at all.
+    let read_only = request.read_only;
+    let confine = read_only || request.permission_mode.mode == PermissionMode::Plan;
+    let confinement = if confine && (granted.contains(BASH) || granted.contains(PROCESS)) {
+        Some(ScratchConfinement::read_only()?)
+    } else {
+        None
+    };
     let mut builder = ToolRegistry::builder();
     for tool in tools::workspace_tools() {
-        if granted.contains(tool.name()) {
-            builder = builder.with_shared(tool);
+        let name = tool.name();
+        if !granted.contains(name) || (read_only && WRITE_TOOLS.contains(&name)) {
+            continue;
         }
+        builder = match (&confinement, name) {
+            (Some(confinement), BASH) => builder.with(Bash::confined(Arc::clone(confinement))),
+            _ => builder.with_shared(tool),
+        };
     }
     let processes = if granted.contains(PROCESS) {
-        let manager = ProcessManager::new(ProcessConfig::new(
-            request.workspace,
-            &request.config.environment.exclude,
-        ))?;
+        let mut config = ProcessConfig::new(request.workspace, &request.config.environment.exclude);
+        if let Some(confinement) = &confinement {
+            config = config.confined(Arc::clone(confinement));
+        }
+        let manager = ProcessManager::new(config)?;
         builder = builder.with(ProcessTool::new(manager.clone()));
         Some(manager)
     } else {
         None
     };
-    let workflow = granted.contains(WORKFLOW).then(WorkflowTool::from_env);
+    let workflow = (granted.contains(WORKFLOW) && !read_only).then(WorkflowTool::from_env);
     if let Some(tool) = &workflow {
         builder = builder.with(tool.clone());
     }

@@ -7,7 +7,7 @@
 
 use std::path::PathBuf;
 
-use rho_ipc::program::{AgentRuntime, AgentSetup, Schema};
+use rho_ipc::program::{Access, AgentRuntime, AgentSetup, Schema};
 use rho_policy::hooks::HostLabels;
 use rho_policy::{ModeSelection, ModeSource, PermissionMode};
 use serde_json::{Value, json};
@@ -169,6 +169,7 @@ impl AgentExecutor for RuntimeAgentExecutor {
                 no_tools: false,
                 no_subagents: true,
                 headless: true,
+                read_only: request.access == Access::ReadOnly,
             },
             None,
             Some(labels),
@@ -181,7 +182,10 @@ impl AgentExecutor for RuntimeAgentExecutor {
             Ok(t) => t,
             Err(e) => return failure(format!("cannot create the attempt transcript: {e}")),
         };
-        let limits = SessionLimits::default();
+        let limits = SessionLimits {
+            timeout: Some(request.timeout),
+            ..SessionLimits::default()
+        };
         let meta = json!({
             "invocation": "workflow-node",
             "run_id": request.run_id,
@@ -229,9 +233,13 @@ const MAX_ANSWER_BYTES: usize = 1024 * 1024;
 fn node_result(end: TurnEnd, request: &AgentRequest) -> AgentResult {
     match end {
         TurnEnd::Completed { text } => {
-            if text.len() > MAX_ANSWER_BYTES {
+            let limit = usize::try_from(request.max_output_bytes)
+                .unwrap_or(usize::MAX)
+                .min(MAX_ANSWER_BYTES);
+            if text.len() > limit {
                 return failure(format!(
-                    "the answer is {} bytes, more than the {MAX_ANSWER_BYTES} bytes kept",
+                    "the answer is {} bytes, more than the {limit} bytes kept \
+                     (max_output_bytes)",
                     text.len()
                 ));
             }
@@ -263,6 +271,10 @@ fn node_result(end: TurnEnd, request: &AgentRequest) -> AgentResult {
             reason: Some("cancelled; in-flight tools were stopped".to_owned()),
             output: None,
         },
+        TurnEnd::TimedOut { .. } => failure(
+            "timed out: the node's timeout_seconds ran out during the agent's turn; its \
+             in-flight tools were stopped",
+        ),
         other => failure(other.describe()),
     }
 }

@@ -154,7 +154,10 @@ pub fn run_claude_node(ctx: &ClaudeNodeContext, request: &AgentRequest) -> Agent
             cwd: &ctx.workspace,
             env: ctx.env.clone(),
             cancel: request.cancel.clone(),
-            timeout: ctx.timeout,
+            timeout: Some(
+                ctx.timeout
+                    .map_or(request.timeout, |t| t.min(request.timeout)),
+            ),
         },
     );
     let outcome = match outcome {

@@ -625,6 +625,7 @@ fn run_rho(
             no_tools: false,
             no_subagents: true,
             headless: true,
+            read_only: false,
         },
         None,
         None,

@@ -10,7 +10,10 @@ pub mod shell;
 
 use std::ffi::OsString;
 use std::fmt::Write as _;
+use std::sync::Arc;
 use std::time::Duration;
+
+use crate::confinement::ScratchConfinement;
 
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -33,6 +36,8 @@ pub struct Bash {
     /// The environment commands inherit from (before credentials are removed); the
     /// process's own when `None`.
     host_env: Option<Vec<(OsString, OsString)>>,
+    /// The kernel confinement every command runs under (a read-only agent).
+    confinement: Option<Arc<ScratchConfinement>>,
 }
 
 impl Bash {
@@ -41,6 +46,16 @@ impl Bash {
     pub fn with_host_environment(vars: impl IntoIterator<Item = (OsString, OsString)>) -> Self {
         Bash {
             host_env: Some(vars.into_iter().collect()),
+            confinement: None,
+        }
+    }
+
+    /// A `bash` tool whose commands run under `confinement` (writes only to its scratch
+    /// directory, which is their `TMPDIR`), enforced by the kernel.
+    pub fn confined(confinement: Arc<ScratchConfinement>) -> Self {
+        Bash {
+            host_env: None,
+            confinement: Some(confinement),
         }
     }
 }
@@ -122,7 +137,10 @@ impl Tool for Bash {
             Some(vars) => vars.clone(),
             None => std::env::vars_os().collect(),
         };
-        let env = child_environment(host_env, &ctx.config().environment.exclude);
+        let mut env = child_environment(host_env, &ctx.config().environment.exclude);
+        if let Some(confinement) = &self.confinement {
+            env = confinement.environment(env);
+        }
         let cancel = ctx.cancel().clone();
         let outcome = run_shell(
             &ShellRequest {
@@ -133,6 +151,10 @@ impl Tool for Bash {
                 output_limit: MAX_OUTPUT_BYTES
                     .min(ctx.summary_limit().saturating_sub(256))
                     .max(1024),
+                confinement: self
+                    .confinement
+                    .as_ref()
+                    .map(|c| Arc::clone(c.confinement())),
             },
             &|| cancel.is_cancelled(),
         )

@@ -59,6 +59,8 @@ pub struct ShellRequest<'a> {
     pub timeout: Duration,
     /// Bytes of output kept (head and tail).
     pub output_limit: usize,
+    /// Kernel confinement the shell applies before it runs (a read-only agent).
+    pub confinement: Option<std::sync::Arc<crate::confinement::Confinement>>,
 }
 
 /// How the command ended.
@@ -97,6 +99,7 @@ pub fn spawn_shell(
     cwd: &Path,
     env: &[(OsString, OsString)],
     output: OwnedFd,
+    confinement: Option<&std::sync::Arc<crate::confinement::Confinement>>,
 ) -> io::Result<Child> {
     let stderr = output.try_clone()?;
     let mut cmd = Command::new(SHELL);
@@ -109,6 +112,9 @@ pub fn spawn_shell(
         .stdout(Stdio::from(output))
         .stderr(Stdio::from(stderr))
         .process_group(0);
+    if let Some(confinement) = confinement {
+        confinement.install(&mut cmd);
+    }
     // `cmd` owns the write ends; dropping it (on return) closes our copies so the reader sees
     // end-of-file once the command's group is gone.
     cmd.spawn()
@@ -126,7 +132,13 @@ pub fn run_shell(
 ) -> io::Result<ShellOutcome> {
     let (read_end, write_end) = pipe2(OFlag::O_CLOEXEC).map_err(io::Error::from)?;
     let started = Instant::now();
-    let mut child = spawn_shell(req.command, req.cwd, req.env, write_end)?;
+    let mut child = spawn_shell(
+        req.command,
+        req.cwd,
+        req.env,
+        write_end,
+        req.confinement.as_ref(),
+    )?;
     let pid = Pid::from_raw(i32::try_from(child.id()).map_err(io::Error::other)?);
 
     let output = Arc::new(Mutex::new(BoundedOutput::new(req.output_limit)));
@@ -253,6 +265,7 @@ mod tests {
                 env: &env,
                 timeout,
                 output_limit: 1000,
+                confinement: None,
             },
             &|| false,
         )
@@ -336,6 +349,7 @@ mod tests {
                 env: &env,
                 timeout: Duration::from_mins(1),
                 output_limit: 1000,
+                confinement: None,
             },
             &|| flag.load(Ordering::SeqCst),
         )

@@ -33,6 +33,14 @@ pub struct AgentRequest {
     pub attempt_dir: PathBuf,
     /// Stops the agent.
     pub cancel: CancelToken,
+    /// Wall-clock time left for the attempt (the node's `timeout_seconds`, less the wait for
+    /// checkout access).
+    pub timeout: std::time::Duration,
+    /// The node's checkout access: a read-only agent gets no write tools, and its commands
+    /// run under the kernel's read-only ruleset.
+    pub access: rho_ipc::program::Access,
+    /// The node's `max_output_bytes`: the most answer bytes kept.
+    pub max_output_bytes: u64,
 }
 
 /// How an agent attempt ended.

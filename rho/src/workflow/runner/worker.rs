@@ -292,28 +292,9 @@ fn run_command(
     }
 
     // Checkout access: waiting honours the node's timeout and cancellation.
-    let _guard = match &shared.checkout {
-        Some(lock) => match lock.acquire(node.access, Some(Instant::now() + timeout), cancel) {
-            Ok(guard) => Some(guard),
-            Err(CheckoutError::Cancelled { .. }) => {
-                return Finished::cancelled("cancelled while waiting for checkout access");
-            }
-            Err(CheckoutError::Timeout { .. }) => {
-                return Finished {
-                    state: Some(NodeState::Failure),
-                    reason: Some(format!(
-                        "timed out after {}s waiting for checkout access",
-                        node.timeout_seconds
-                    )),
-                    exit: Some(ExitRecord::Timeout {
-                        seconds: node.timeout_seconds,
-                    }),
-                    ..Finished::default()
-                };
-            }
-            Err(e) => return Finished::failed(format!("checkout access: {e}")),
-        },
-        None => None,
+    let _guard = match checkout_access(shared, node, timeout, cancel) {
+        Ok(guard) => guard,
+        Err(finished) => return *finished,
     };
     if cancel.is_cancelled() {
         return Finished::cancelled("cancelled before the process started");
@@ -558,6 +539,37 @@ fn artifact(node: &str, attempt: u32, name: &str, stream: &StreamArtifact) -> Op
     })
 }
 
+/// Waits for the node's checkout access (shared for read-only nodes, exclusive otherwise),
+/// honouring its timeout and cancellation; the attempt's end when it cannot have it.
+fn checkout_access(
+    shared: &Shared,
+    node: &Node,
+    timeout: Duration,
+    cancel: &CancelToken,
+) -> Result<Option<crate::workflow::checkout::CheckoutGuard>, Box<Finished>> {
+    let Some(lock) = &shared.checkout else {
+        return Ok(None);
+    };
+    match lock.acquire(node.access, Some(Instant::now() + timeout), cancel) {
+        Ok(guard) => Ok(Some(guard)),
+        Err(CheckoutError::Cancelled { .. }) => Err(Box::new(Finished::cancelled(
+            "cancelled while waiting for checkout access",
+        ))),
+        Err(CheckoutError::Timeout { .. }) => Err(Box::new(Finished {
+            state: Some(NodeState::Failure),
+            reason: Some(format!(
+                "timed out after {}s waiting for checkout access",
+                node.timeout_seconds
+            )),
+            exit: Some(ExitRecord::Timeout {
+                seconds: node.timeout_seconds,
+            }),
+            ..Finished::default()
+        })),
+        Err(e) => Err(Box::new(Finished::failed(format!("checkout access: {e}")))),
+    }
+}
+
 fn run_agent(
     shared: &Shared,
     node: &Node,
@@ -569,6 +581,17 @@ fn run_agent(
     let Execution::Agent { agent, .. } = &node.execution else {
         return Finished::failed("internal: a command node reached the agent path");
     };
+    // Like a command: mutating agents hold the checkout alone, read-only ones share it, and
+    // the wait counts against the node's timeout.
+    let started = Instant::now();
+    let timeout = Duration::from_secs(node.timeout_seconds);
+    let _guard = match checkout_access(shared, node, timeout, cancel) {
+        Ok(guard) => guard,
+        Err(finished) => return *finished,
+    };
+    if cancel.is_cancelled() {
+        return Finished::cancelled("cancelled before the agent started");
+    }
     let dir = match attempt_dir.get() {
         Ok(dir) => dir,
         Err(e) => return Finished::failed(format!("cannot create the attempt directory: {e}")),
@@ -583,6 +606,9 @@ fn run_agent(
         output: node.output.clone(),
         attempt_dir: dir.path().to_owned(),
         cancel: cancel.clone(),
+        timeout: timeout.saturating_sub(started.elapsed()),
+        access: node.access,
+        max_output_bytes: node.max_output_bytes,
     });
     let mut finished = Finished {
         state: Some(result.state),
