@@ -405,7 +405,7 @@ fn a_background_child_reports_at_the_next_turn_boundary() {
     term.line("anything new?");
     term.expect("The explorer finished");
     let last = server.model_requests().last().unwrap().json().to_string();
-    assert!(last.contains("[agent notification]"), "{last}");
+    assert!(last.contains("[agent notification]"), "{}", term.seen);
     assert!(last.contains("found the README at the top level"), "{last}");
     term.line("/exit");
     assert_eq!(term.wait(), 0);

@@ -271,15 +271,21 @@ impl DelegationManager {
         let thread = std::thread::Builder::new()
             .name(format!("rho-agent-{id}"))
             .spawn(move || {
-                let final_status = match child {
-                    Child::Rho(prepared) => {
-                        run_rho(&inner, &worker, &run, status, *prepared, &prompt)
-                    }
+                let (final_status, recorded) = match child {
+                    Child::Rho(prepared) => (
+                        run_rho(&inner, &worker, &run, status, *prepared, &prompt),
+                        false,
+                    ),
                     Child::Claude(launch) => {
                         run_claude(&inner, &worker, &run, status, &launch, &prompt)
                     }
                 };
-                finish(&worker, final_status);
+                // The parent learns the outcome first, then the run directory shows it: an
+                // observer who sees the terminal status knows the parent has it queued.
+                finish(&worker, final_status.clone());
+                if !recorded {
+                    record(&run, &final_status, final_status.error.clone());
+                }
             });
         match thread {
             Ok(thread) => lock(&handle.state).thread = Some(thread),
@@ -582,17 +588,17 @@ fn event(run: &RunDirectory, kind: AttachEventKind) {
     }
 }
 
-fn stopped(run: &RunDirectory, mut status: RunStatus, why: &str) -> RunStatus {
+/// `status` ended as stopped, for the caller to record.
+fn stopped(mut status: RunStatus, why: &str) -> RunStatus {
     status.error = Some(why.to_owned());
     status.transition(RunState::Stopped);
-    record(run, &status, Some(why.to_owned()));
     status
 }
 
-fn failed(run: &RunDirectory, mut status: RunStatus, why: String) -> RunStatus {
-    status.error = Some(why.clone());
+/// `status` ended in error, for the caller to record.
+fn failed(mut status: RunStatus, why: String) -> RunStatus {
+    status.error = Some(why);
     status.transition(RunState::Error);
-    record(run, &status, Some(why));
     status
 }
 
@@ -610,7 +616,6 @@ fn run_rho(
         .acquire(PoolKind::Rho, &|| handle.cancel.is_cancelled())
     else {
         return stopped(
-            run,
             status,
             "cancelled while waiting for a place in the agent pool",
         );
@@ -632,17 +637,13 @@ fn run_rho(
         None,
     ) {
         Ok(tools) => tools,
-        Err(e) => return failed(run, status, format!("cannot set up the child's tools: {e}")),
+        Err(e) => return failed(status, format!("cannot set up the child's tools: {e}")),
     };
     *lock(&handle.inbox) = Some(tools.inbox());
     let transcript = match Transcript::create(&run.path().join("session")) {
         Ok(t) => t,
         Err(e) => {
-            return failed(
-                run,
-                status,
-                format!("cannot create the child's transcript: {e}"),
-            );
+            return failed(status, format!("cannot create the child's transcript: {e}"));
         }
     };
     let meta = json!({
@@ -664,11 +665,7 @@ fn run_rho(
     ) {
         Ok(s) => s,
         Err(e) => {
-            return failed(
-                run,
-                status,
-                format!("cannot write the child's transcript: {e}"),
-            );
+            return failed(status, format!("cannot write the child's transcript: {e}"));
         }
     };
     status.transition(RunState::Running);
@@ -681,7 +678,7 @@ fn run_rho(
         Ok(r) => r,
         Err(e) => {
             let status = lock(&handle.state).status.clone();
-            return failed(run, status, format!("cannot start the async runtime: {e}"));
+            return failed(status, format!("cannot start the async runtime: {e}"));
         }
     };
     let mut observer = |ev: &LoopEvent| match ev {
@@ -753,11 +750,10 @@ fn run_rho(
             status.last_text = Some(clip(&text, RESULT_EXCERPT_BYTES));
             status.result = Some(text);
             status.transition(RunState::Ok);
-            record(run, &status, None);
             status
         }
-        TurnEnd::Cancelled => stopped(run, status, "stopped by the parent"),
-        other => failed(run, status, other.describe()),
+        TurnEnd::Cancelled => stopped(status, "stopped by the parent"),
+        other => failed(status, other.describe()),
     }
 }
 
@@ -768,16 +764,18 @@ fn run_claude(
     status: RunStatus,
     launch: &ClaudeLaunch,
     prompt: &str,
-) -> RunStatus {
+) -> (RunStatus, bool) {
     let setup = &inner.setup;
     let Some(_permit) = inner
         .pools
         .acquire(PoolKind::Claude, &|| handle.cancel.is_cancelled())
     else {
-        return stopped(
-            run,
-            status,
-            "cancelled while waiting for a place in the Claude pool",
+        return (
+            stopped(
+                status,
+                "cancelled while waiting for a place in the Claude pool",
+            ),
+            false,
         );
     };
     let request = ClaudeRunRequest {
@@ -793,14 +791,10 @@ fn run_claude(
             if let Err(e) = claude_cli::limits::record(&setup.home, &outcome.rate_limits) {
                 tracing::warn!(error = %e, "cannot record observed Claude rate limits");
             }
-            outcome.status
+            // The claude-cli runtime wrote its terminal status itself.
+            (outcome.status, true)
         }
-        Err(e) => {
-            let mut status = status;
-            status.error = Some(e.to_string());
-            status.transition(RunState::Error);
-            status
-        }
+        Err(e) => (failed(status, e.to_string()), false),
     }
 }
 
