@@ -1370,3 +1370,55 @@ fn workflow_capacity_must_be_a_positive_integer_within_the_limit() {
         );
     }
 }
+
+/// An error raised inside a helper names the helper's line (the span) and the call site of
+/// every function on the way there.
+#[test]
+fn errors_in_helpers_name_their_call_sites() {
+    let lib = "def mk(name):\n    return command(name = name, argv = [\"true\"], timeout_seconds = -1)\n\ndef twice():\n    return [mk(\"a\"), mk(\"b\")]\n";
+    let source = "load(\"//lib/steps.star\", \"twice\")\n\ndef build(inputs):\n    return workflow(name = \"w\", nodes = twice())\n\nWORKFLOW = define(inputs = {}, build = build)\n";
+    let d = diagnostic(
+        run_with(
+            source,
+            &[],
+            &[("//lib/steps.star", lib)],
+            Budgets::default(),
+        )
+        .response,
+    );
+    assert_eq!(
+        d.span,
+        Some(SourceSpan {
+            label: "//lib/steps.star".to_owned(),
+            line: 2,
+            column: 12
+        }),
+        "{d:#?}"
+    );
+    assert!(
+        d.message.ends_with(
+            "; call stack, innermost first: `mk` called at lib/steps.star:5:13, `twice` called at \
+             .rho/workflows/check/workflow.star:4:41"
+        ),
+        "{d:#?}"
+    );
+}
+
+/// A misspelt named parameter of a builtin gets the list of valid ones and the closest.
+#[test]
+fn unknown_named_parameter_lists_the_valid_ones() {
+    let d = diagnostic(run(&entry(
+        "    return workflow(name = \"w\", nodes = [command(name = \"a\", argv = [\"true\"], timout_seconds = 5)])",
+    )));
+    assert_eq!(d.span, span(2, 42), "{d:#?}");
+    assert!(
+        d.message.contains(
+            "`command` accepts name, argv, cwd, needs, when, allow_failure, output, \
+             timeout_seconds, max_output_bytes, access, network"
+        ) && d
+            .message
+            .contains("did you mean `timeout_seconds` for `timout_seconds`?"),
+        "{d:#?}"
+    );
+    assert!(!d.message.contains("call stack"), "{d:#?}");
+}

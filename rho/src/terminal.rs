@@ -13,29 +13,43 @@ use std::fmt::Write as _;
 /// `text` with every C0 control (newline and tab included), DEL and C1 control shown as a
 /// visible form: `^X` caret notation for C0 and DEL, `\u{9b}` for C1.
 pub fn escape_controls(text: &str) -> Cow<'_, str> {
-    escape(text, false)
+    escape(text, Keep::Nothing)
+}
+
+/// Like [`escape_controls`], but tab is kept: for one line whose columns matter (a line of a
+/// node's output, a source line with a caret under it).
+pub fn escape_controls_keep_tabs(text: &str) -> Cow<'_, str> {
+    escape(text, Keep::Tabs)
 }
 
 /// Like [`escape_controls`], but newline and tab are kept: for text that is meant to span
 /// lines (error messages with several diagnostics, a node's output tail).
 pub fn escape_controls_keep_lines(text: &str) -> Cow<'_, str> {
-    escape(text, true)
+    escape(text, Keep::Lines)
 }
 
-fn is_control(c: char, keep_lines: bool) -> bool {
-    match c {
-        '\n' | '\t' => !keep_lines,
-        c => c.is_control(),
+/// Which layout controls stay as they are.
+#[derive(Clone, Copy)]
+enum Keep {
+    Nothing,
+    Tabs,
+    Lines,
+}
+
+fn is_control(c: char, keep: Keep) -> bool {
+    match (c, keep) {
+        ('\t', Keep::Tabs | Keep::Lines) | ('\n', Keep::Lines) => false,
+        (c, _) => c.is_control(),
     }
 }
 
-fn escape(text: &str, keep_lines: bool) -> Cow<'_, str> {
-    if !text.chars().any(|c| is_control(c, keep_lines)) {
+fn escape(text: &str, keep: Keep) -> Cow<'_, str> {
+    if !text.chars().any(|c| is_control(c, keep)) {
         return Cow::Borrowed(text);
     }
     let mut out = String::with_capacity(text.len() + 8);
     for c in text.chars() {
-        if !is_control(c, keep_lines) {
+        if !is_control(c, keep) {
             out.push(c);
             continue;
         }
@@ -86,5 +100,6 @@ mod tests {
     fn newlines_and_tabs_are_kept_only_when_asked() {
         assert_eq!(escape_controls("a\nb\tc"), "a^Jb^Ic");
         assert_eq!(escape_controls_keep_lines("a\nb\tc\r"), "a\nb\tc^M");
+        assert_eq!(escape_controls_keep_tabs("a\nb\tc\r"), "a^Jb\tc^M");
     }
 }

@@ -105,13 +105,13 @@ fn dropping_a_running_command_kills_its_group() {
 }
 
 #[test]
-fn output_over_the_bound_is_truncated_and_counted() {
+fn output_over_the_bound_keeps_head_and_tail_with_a_marked_gap() {
     let ws = Workspace::new();
     let mut spec = ws.spec(
         &[
             "sh",
             "-c",
-            "head -c 100000 /dev/zero; head -c 10 /dev/zero >&2",
+            "head -c 100000 /dev/zero; echo; echo the-last-line; head -c 10 /dev/zero >&2",
         ],
         LONG,
     );
@@ -119,14 +119,46 @@ fn output_over_the_bound_is_truncated_and_counted() {
     let outcome = run(&ws, &frozen_sh(&ws.root), &root_dir(), spec);
     assert_eq!(outcome.exit, CommandExit::Code(0));
     let out = &outcome.stdout;
-    assert_eq!((out.retained_bytes, out.observed_bytes), (1000, 100_000));
+    assert_eq!(out.observed_bytes, 100_015);
     assert!(out.truncated && out.reached_end && !out.is_complete());
     let kept = std::fs::read(&out.path).unwrap();
-    assert_eq!(kept, vec![0_u8; 1000]);
+    assert_eq!(out.retained_bytes, kept.len() as u64);
+    assert!(kept.len() <= 1000, "{} bytes kept", kept.len());
+    assert_eq!(&kept[..500], &[0_u8; 500][..], "the head comes first");
+    let text = String::from_utf8_lossy(&kept);
+    assert!(
+        text.ends_with("\nthe-last-line\n"),
+        "the tail is kept: {text:?}"
+    );
+    let marker = text.find("[... rho: ").expect("a gap marker");
+    let omitted: u64 = text[marker + 10..]
+        .split(' ')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let marker_len = format!("\n[... rho: {omitted} bytes omitted ...]\n").len() as u64;
+    assert_eq!(
+        omitted + out.retained_bytes - marker_len,
+        out.observed_bytes,
+        "kept plus omitted is everything printed"
+    );
     assert_eq!(out.sha256, rho_ipc::digest::sha256_tagged(&kept));
     let err = &outcome.stderr;
     assert_eq!((err.retained_bytes, err.observed_bytes), (10, 10));
     assert!(err.is_complete());
+}
+
+#[test]
+fn a_small_bound_keeps_only_the_head() {
+    let ws = Workspace::new();
+    let mut spec = ws.spec(&["sh", "-c", "head -c 1000 /dev/zero"], LONG);
+    spec.max_output_bytes = 100;
+    let outcome = run(&ws, &frozen_sh(&ws.root), &root_dir(), spec);
+    let out = &outcome.stdout;
+    assert_eq!((out.retained_bytes, out.observed_bytes), (100, 1000));
+    assert!(out.truncated);
+    assert_eq!(std::fs::read(&out.path).unwrap(), vec![0_u8; 100]);
 }
 
 #[test]

@@ -159,7 +159,18 @@ fn plan_list_delete_round_trip() {
     let env = Env::new();
     simple(&env);
     let first = env.plan_ok("w.star");
+    // The same sources and inputs reuse the stored plan; a changed source makes a new one.
+    assert_eq!(env.plan_ok("w.star"), first);
+    assert_eq!(env.plan_dirs(), vec![first.clone()]);
+    env.write(
+        "w.star",
+        &workflow(
+            &[cmd("a", "[\"true\"]", ""), cmd("c", "[\"true\"]", "")],
+            "",
+        ),
+    );
     let second = env.plan_ok("w.star");
+    assert_ne!(second, first);
     let run = env.rho(&["workflow", "list", "--json"]);
     assert_eq!(run.code, 0, "{}", run.stderr);
     let list: serde_json::Value = serde_json::from_str(&run.stdout).unwrap();
@@ -183,11 +194,11 @@ fn plan_list_delete_round_trip() {
     let list: serde_json::Value = serde_json::from_str(&run.stdout).unwrap();
     assert_eq!(list, serde_json::json!({"plans": [], "runs": []}));
 
-    let run = env.rho(&["workflow", "delete", &first]);
+    let run = env.rho(&["workflow", "delete", &first, "--yes"]);
     assert_eq!(run.code, 0, "{}", run.stderr);
     assert_eq!(run.stdout, format!("deleted plan {first}\n"));
     assert_eq!(env.plan_dirs(), vec![second.clone()]);
-    let run = env.rho(&["workflow", "delete", &first]);
+    let run = env.rho(&["workflow", "delete", &first, "--yes"]);
     assert_eq!(run.code, 2);
     assert!(
         run.stderr.contains(&format!("matches `{first}`")),
@@ -245,7 +256,7 @@ fn ids_resolve_by_unique_prefix_only() {
     assert_eq!(run.code, 0, "{}", run.stderr);
     assert!(run.stdout.starts_with("digraph \"wf\""), "{}", run.stdout);
 
-    let run = env.rho(&["workflow", "delete", "abcd"]);
+    let run = env.rho(&["workflow", "delete", "abcd", "--yes"]);
     assert_eq!(run.code, 2);
     assert!(
         run.stderr.contains("plan id prefix `abcd` is ambiguous"),
@@ -259,7 +270,7 @@ fn ids_resolve_by_unique_prefix_only() {
     );
     assert_eq!(env.plan_dirs().len(), 3);
 
-    let run = env.rho(&["workflow", "delete", "fff"]);
+    let run = env.rho(&["workflow", "delete", "fff", "--yes"]);
     assert_eq!(run.code, 2);
     assert!(run.stderr.contains("matches `fff`"), "{}", run.stderr);
 
@@ -267,9 +278,14 @@ fn ids_resolve_by_unique_prefix_only() {
     let run = env.rho(&["workflow", "graph", prefix]);
     assert_eq!(run.code, 0, "{}", run.stderr);
     assert!(run.stdout.contains("n_a --> n_b"), "{}", run.stdout);
-    let run = env.rho(&["workflow", "delete", "abcd0000-0000-4000-8000-000000000002"]);
+    let run = env.rho(&[
+        "workflow",
+        "delete",
+        "abcd0000-0000-4000-8000-000000000002",
+        "--yes",
+    ]);
     assert_eq!(run.code, 0, "{}", run.stderr);
-    let run = env.rho(&["workflow", "delete", "abcd"]);
+    let run = env.rho(&["workflow", "delete", "abcd", "--yes"]);
     assert_eq!(run.code, 0, "{}", run.stderr);
     assert_eq!(env.plan_dirs(), vec![id]);
 }

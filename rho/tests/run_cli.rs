@@ -638,7 +638,7 @@ fn delete_refuses_an_owned_run_and_list_shows_runs() {
         .open(env.run_dir(&id).join("mutation.lock"))
         .unwrap();
     let held = nix::fcntl::Flock::lock(lock, nix::fcntl::FlockArg::LockExclusiveNonblock).unwrap();
-    let refused = env.rho(&["workflow", "delete", &id]);
+    let refused = env.rho(&["workflow", "delete", &id, "--yes"]);
     assert_ne!(code(&refused), 0, "{}", text(&refused));
     assert!(env.run_dir(&id).exists());
     drop(held);
@@ -649,7 +649,7 @@ fn delete_refuses_an_owned_run_and_list_shows_runs() {
         "{}",
         text(&listed)
     );
-    let deleted = env.rho(&["workflow", "delete", &id]);
+    let deleted = env.rho(&["workflow", "delete", &id, "--yes"]);
     assert_eq!(code(&deleted), 0, "{}", text(&deleted));
     assert!(!env.run_dir(&id).exists());
 }

@@ -297,7 +297,7 @@ fn legacy_entries_are_deleted_once_no_process_holds_the_run_lock() {
         .open(env.run_dir().join("mutation.lock"))
         .unwrap();
     let held = nix::fcntl::Flock::lock(lock, nix::fcntl::FlockArg::LockExclusiveNonblock).unwrap();
-    let out = env.rho(&["workflow", "delete", RUN_ID]);
+    let out = env.rho(&["workflow", "delete", RUN_ID, "--yes"]);
     assert_eq!(code(&out), 1, "{}", text(&out));
     assert!(
         String::from_utf8_lossy(&out.stderr).contains("mutation.lock is held"),
@@ -307,7 +307,7 @@ fn legacy_entries_are_deleted_once_no_process_holds_the_run_lock() {
     assert!(env.run_dir().join("manifest.json").exists());
     drop(held);
 
-    let out = env.rho(&["workflow", "delete", RUN_ID]);
+    let out = env.rho(&["workflow", "delete", RUN_ID, "--yes"]);
     assert_eq!(code(&out), 0, "{}", text(&out));
     assert_eq!(
         String::from_utf8_lossy(&out.stdout),
@@ -315,7 +315,7 @@ fn legacy_entries_are_deleted_once_no_process_holds_the_run_lock() {
     );
     assert!(!env.run_dir().exists());
 
-    let out = env.rho(&["workflow", "delete", &PLAN_ID[..8]]);
+    let out = env.rho(&["workflow", "delete", &PLAN_ID[..8], "--yes"]);
     assert_eq!(code(&out), 0, "{}", text(&out));
     assert_eq!(
         String::from_utf8_lossy(&out.stdout),

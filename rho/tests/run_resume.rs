@@ -102,7 +102,7 @@ fn resume_uses_the_run_copy_after_the_plan_and_source_were_deleted() {
     let plan_id = env.plan("wf.star");
     let id = env.cancelled_run(&plan_id);
 
-    let out = env.rho(&["workflow", "delete", &plan_id]);
+    let out = env.rho(&["workflow", "delete", &plan_id, "--yes"]);
     assert_eq!(code(&out), 0, "{}", text(&out));
     assert!(!env.plan_dir(&plan_id).exists());
     std::fs::remove_file(env.ws.join("wf.star")).unwrap();

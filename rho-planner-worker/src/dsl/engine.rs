@@ -8,6 +8,7 @@
 //! asked again.
 
 use std::collections::{BTreeMap, HashMap};
+use std::fmt::Write as _;
 use std::time::Instant;
 
 use rho_ipc::budget::Budgets;
@@ -16,6 +17,7 @@ use rho_ipc::data::Data;
 use rho_ipc::evaluated::{EvaluatedWorkflow, SourceSpan};
 use rho_ipc::message::{Diagnostic, ModuleRequest, ModuleResponse, PlanRequest};
 use starlark::ErrorKind;
+use starlark::docs::{DocItem, DocMember};
 use starlark::environment::{FrozenModule, Globals, Module};
 use starlark::eval::{Evaluator, ReturnFileLoader};
 use starlark::syntax::ast::{AssignTargetP, AstAssignTargetP, AstNoPayload, StmtP};
@@ -406,7 +408,15 @@ impl<'c, 'h> Engine<'c, 'h> {
                 .find_map(|f| f.location.as_ref().map(source_span))
         });
         if let Some(fault) = fault_of(error) {
-            return fault.or_at(span);
+            // A fault at the failing call also gets the calls that led there; one a builtin
+            // placed elsewhere (another node's line) or a budget (the whole evaluation) not.
+            let at_call = fault.span.is_none() || fault.span == span;
+            let fault = fault.or_at(span);
+            return if at_call && fault.code != "budget" {
+                fault.with_call_stack(error.call_stack())
+            } else {
+                fault
+            };
         }
         if matches!(error.kind(), ErrorKind::StackOverflow(_)) {
             let limit = self.budgets.call_stack_depth;
@@ -440,7 +450,13 @@ impl<'c, 'h> Engine<'c, 'h> {
             ErrorKind::Parser(_) => "syntax",
             _ => "evaluation",
         };
-        Fault::new(code, error.without_diagnostic().to_string()).or_at(span)
+        let mut message = error.without_diagnostic().to_string();
+        if let Some(valid) = valid_parameters(&self.globals, &message) {
+            message.push_str(&valid);
+        }
+        Fault::new(code, message)
+            .or_at(span)
+            .with_call_stack(error.call_stack())
     }
 }
 
@@ -469,6 +485,67 @@ fn budget_fault(budgets: &Budgets, name: &'static str, measured: u64) -> Fault {
             measured,
         }),
     }
+}
+
+/// For Starlark's "extra named parameter(s) for call to F" where `F` is one of the workflow
+/// builtins: the parameters `F` accepts (read from the builtin's own signature, so the list
+/// cannot drift from the code) and the closest one to each name given.
+fn valid_parameters(globals: &Globals, message: &str) -> Option<String> {
+    let (head, function) = message.split_once(" extra named parameter(s) for call to ")?;
+    let function = function.split_whitespace().next()?;
+    let value = globals.iter().find(|(name, _)| *name == function)?.1;
+    let DocItem::Member(DocMember::Function(doc)) = value.to_value().documentation() else {
+        return None;
+    };
+    let valid: Vec<String> = doc
+        .params
+        .pos_or_named
+        .iter()
+        .chain(&doc.params.named_only)
+        .map(|p| p.name.clone())
+        .collect();
+    if valid.is_empty() {
+        return None;
+    }
+    let given: Vec<&str> = head
+        .strip_prefix("Found ")
+        .unwrap_or(head)
+        .split('`')
+        .map(str::trim)
+        .filter(|w| !w.is_empty())
+        .collect();
+    let mut text = format!("; `{function}` accepts {}", valid.join(", "));
+    for name in given {
+        if let Some(close) = valid
+            .iter()
+            .map(|v| (edit_distance(name, v), v))
+            .filter(|(d, v)| *d <= (v.len() / 3).max(1))
+            .min_by_key(|(d, _)| *d)
+        {
+            let _ = write!(text, "; did you mean `{}` for `{name}`?", close.1);
+        }
+    }
+    Some(text)
+}
+
+/// Levenshtein distance over characters.
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut previous = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let current = row[j + 1];
+            row[j + 1] = if ca == *cb {
+                previous
+            } else {
+                1 + previous.min(row[j]).min(row[j + 1])
+            };
+            previous = current;
+        }
+    }
+    row[b.len()]
 }
 
 /// Our own fault inside a Starlark error, whatever kind wraps it.

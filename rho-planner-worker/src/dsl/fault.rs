@@ -58,6 +58,36 @@ impl Fault {
         self
     }
 
+    /// Appends the calls that led to the fault (innermost first) when it happened inside a
+    /// function: an error raised in a helper then also names the line in the workflow file
+    /// that called the helper. One line, so a message cannot forge lines of its own.
+    #[must_use]
+    pub(crate) fn with_call_stack(mut self, stack: &starlark::eval::CallStack) -> Self {
+        // Each frame is a function and the place it was called from; the innermost call is
+        // the span itself, so it is left out.
+        let calls: Vec<String> = stack
+            .frames
+            .iter()
+            .rev()
+            .filter_map(|frame| {
+                let at = source_span(frame.location.as_ref()?);
+                Some(format!(
+                    "`{}` called at {}:{}:{}",
+                    frame.name,
+                    at.label.strip_prefix("//").unwrap_or(&at.label),
+                    at.line,
+                    at.column
+                ))
+            })
+            .skip(1)
+            .collect();
+        if !calls.is_empty() {
+            self.message.push_str("; call stack, innermost first: ");
+            self.message.push_str(&calls.join(", "));
+        }
+        self
+    }
+
     /// The diagnostic the host receives.
     pub(crate) fn into_diagnostic(self) -> Diagnostic {
         Diagnostic {

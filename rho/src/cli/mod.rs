@@ -11,6 +11,7 @@ pub mod mcp;
 pub mod root;
 pub mod run;
 pub mod session_args;
+pub mod terminal;
 pub mod trust;
 pub mod workflow;
 

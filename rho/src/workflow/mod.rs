@@ -7,10 +7,14 @@
 
 pub mod checkout;
 pub mod crashpoint;
+pub mod describe;
 pub mod exec;
 pub mod identity;
 pub mod journal;
+pub mod locate;
+pub mod logs;
 pub mod plan;
+pub mod prune;
 pub mod runner;
 pub mod scheduler;
 pub mod service;

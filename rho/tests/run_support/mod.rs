@@ -171,3 +171,123 @@ pub fn node(name: &str, extra: &str, argv: &str) -> String {
         "command(name = \"{name}\", argv = {argv}, cwd = \".\", timeout_seconds = 60, max_output_bytes = 4096{extra})"
     )
 }
+
+/// A `rho` process whose stdin, stdout and stderr are one pseudo-terminal (as in an
+/// interactive shell), with everything it writes collected by a reader thread.
+pub struct Terminal {
+    child: std::process::Child,
+    master: std::sync::Arc<std::os::fd::OwnedFd>,
+    output: std::sync::Arc<std::sync::Mutex<Vec<u8>>>,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    reader: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Terminal {
+    /// Starts `cmd` on a new pseudo-terminal of `cols` columns.
+    pub fn spawn(mut cmd: Command, cols: u16) -> Self {
+        use std::os::fd::AsFd as _;
+        use std::sync::atomic::{AtomicBool, Ordering};
+        use std::sync::{Arc, Mutex};
+        let size = nix::pty::Winsize {
+            ws_row: 40,
+            ws_col: cols,
+            ws_xpixel: 0,
+            ws_ypixel: 0,
+        };
+        let pty = nix::pty::openpty(Some(&size), None).unwrap();
+        for fd in [&pty.master, &pty.slave] {
+            // Not leaked into processes other tests start meanwhile.
+            nix::fcntl::fcntl(
+                fd.as_fd(),
+                nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::FD_CLOEXEC),
+            )
+            .unwrap();
+        }
+        cmd.stdin(Stdio::from(pty.slave.try_clone().unwrap()))
+            .stdout(Stdio::from(pty.slave.try_clone().unwrap()))
+            .stderr(Stdio::from(pty.slave));
+        let child = cmd.spawn().unwrap();
+        let master = Arc::new(pty.master);
+        let output = Arc::new(Mutex::new(Vec::new()));
+        let stop = Arc::new(AtomicBool::new(false));
+        let reader = {
+            let (master, output, stop) =
+                (Arc::clone(&master), Arc::clone(&output), Arc::clone(&stop));
+            std::thread::spawn(move || {
+                let mut buf = [0u8; 4096];
+                while !stop.load(Ordering::SeqCst) {
+                    let mut fds = [nix::poll::PollFd::new(
+                        master.as_fd(),
+                        nix::poll::PollFlags::POLLIN,
+                    )];
+                    match nix::poll::poll(&mut fds, nix::poll::PollTimeout::from(50u16)) {
+                        Ok(0) | Err(nix::errno::Errno::EINTR) => continue,
+                        Ok(_) => {}
+                        Err(_) => return,
+                    }
+                    match nix::unistd::read(master.as_fd(), &mut buf) {
+                        Ok(0) | Err(_) => return, // EIO once the terminal's last user is gone
+                        Ok(n) => output.lock().unwrap().extend_from_slice(&buf[..n]),
+                    }
+                }
+            })
+        };
+        Terminal {
+            child,
+            master,
+            output,
+            stop,
+            reader: Some(reader),
+        }
+    }
+
+    /// Everything written so far.
+    pub fn output(&self) -> String {
+        String::from_utf8_lossy(&self.output.lock().unwrap()).into_owned()
+    }
+
+    /// Waits (generously) until the output from byte `from` on contains `needle`; returns the
+    /// byte offset just past it.
+    pub fn wait_for(&self, from: usize, needle: &str) -> usize {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_mins(1);
+        loop {
+            let out = self.output();
+            if let Some(at) = out.get(from..).and_then(|rest| rest.find(needle)) {
+                return from + at + needle.len();
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "gave up waiting for {needle:?} in {out:?}"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    }
+
+    /// Types `text` at the terminal.
+    pub fn type_in(&self, text: &str) {
+        use std::os::fd::AsFd as _;
+        nix::unistd::write(self.master.as_fd(), text.as_bytes()).unwrap();
+    }
+
+    /// Waits for the process to exit and for its last output; returns both.
+    pub fn finish(mut self) -> (std::process::ExitStatus, String) {
+        use std::sync::atomic::Ordering;
+        let status = self.child.wait().unwrap();
+        // Drain what is still buffered in the terminal (a bound, not a timing assertion).
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
+        let mut seen = usize::MAX;
+        while std::time::Instant::now() < deadline {
+            let now = self.output.lock().unwrap().len();
+            if now == seen {
+                break;
+            }
+            seen = now;
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(reader) = self.reader.take() {
+            reader.join().unwrap();
+        }
+        (status, self.output())
+    }
+}

@@ -8,7 +8,6 @@
 //! run's lock.
 
 use std::fmt::Write as _;
-use std::path::Path;
 
 use std::collections::BTreeMap;
 
@@ -46,12 +45,12 @@ pub struct GraphArgs {
 
 /// Runs `rho workflow graph`.
 pub fn run_graph(args: &GraphArgs) -> CliResult {
-    let path = Path::new(&args.target);
-    let is_file = path.extension().is_some_and(|e| e == "star") || path.is_file();
-    let program = if is_file {
+    let located = super::workspace()?;
+    let target = super::target(&located, &args.target)?;
+    let program = if let super::Target::File(path) = &target {
         let inputs = parse_inputs(&args.inputs.inputs)?;
         let ctx = Context::from_env()?;
-        let planned = ctx.plan(path, inputs).map_err(|e| plan_error(&e))?;
+        let planned = ctx.plan(path, &inputs).map_err(|e| plan_error(&e))?;
         warn(&planned.warnings());
         planned.program
     } else {
@@ -93,13 +92,10 @@ fn run_graph_input(
     home: &crate::paths::RhoHome,
     target: &str,
 ) -> Result<(FrozenProgram, NodeStates), CliError> {
-    let id = runs::resolve(home, target).map_err(|e| match e {
-        // The target was tried as a plan first: say that neither kind matched.
-        StoreError::UnknownId { prefix, .. } => CliError::invalid(format!(
-            "no plan or run matches `{prefix}`; `rho workflow list` shows this workspace's ids"
-        )),
-        other => store_error(&other),
-    })?;
+    let located = super::workspace()?;
+    // The target was tried as a plan first: say that neither kind matched.
+    let id = runs::resolve(home, target)
+        .map_err(|e| super::unknown_target(&located, target, &e, "plan or run"))?;
     let (run, inspection) =
         crate::workflow::runner::inspect(home, &id).map_err(|e| super::run::run_error(&e))?;
     let manifest = match &inspection.manifest {

@@ -1,6 +1,6 @@
-//! `rho workflow list`: the current workspace's plans and runs (or only one kind, with
-//! `--plans` or `--runs`), newest first, including entries written by an older release
-//! (manifest format 1), marked legacy.
+//! `rho workflow list`: the current workspace's workflows (name and entry file), and its plans
+//! and runs newest first (or only one kind, with `--workflows`, `--plans` or `--runs`),
+//! including entries written by an older release (manifest format 1), marked legacy.
 //!
 //! `--json` prints Rho 1.47's document: `{"plans": [...], "runs": [...]}` with Rho's item
 //! keys (`id`, `name`, `step_count` / `lifecycle`, `done_steps`, `total_steps`,
@@ -15,14 +15,18 @@ use std::fmt::Write as _;
 use clap::Args;
 use serde_json::json;
 
-use super::{json_text, print_out, rho_shapes, store_error};
+use super::{DocumentOutputArgs, json_text, print_out, rho_shapes, store_error};
 use crate::cli::exit::{CliError, CliResult, ExitCode};
-use crate::paths::{self, RhoHome};
+use crate::paths::RhoHome;
+use crate::workflow::locate;
 use crate::workflow::store::plans::{self, StoredPlanManifest};
 
 /// List this workspace's plans and runs, newest first.
 #[derive(Debug, Args)]
 pub struct ListArgs {
+    /// List only the workspace's workflows (in JSON, as `kind: "workflow"` items).
+    #[arg(long, conflicts_with_all = ["plans", "runs"])]
+    pub workflows: bool,
     /// List only plans.
     #[arg(long, conflicts_with = "runs")]
     pub plans: bool,
@@ -32,36 +36,55 @@ pub struct ListArgs {
     /// Show at most N entries of each kind.
     #[arg(long, value_name = "N")]
     pub limit: Option<usize>,
-    /// Print JSON instead of a table.
-    #[arg(long)]
-    pub json: bool,
+    #[command(flatten)]
+    pub output: DocumentOutputArgs,
 }
 
 /// Runs `rho workflow list`.
 pub fn run_list(args: &ListArgs) -> CliResult {
     let home = RhoHome::from_env().map_err(|e| CliError::operational(e.to_string()))?;
-    let workspace = paths::current_workspace().map_err(|e| CliError::operational(e.to_string()))?;
-    let workspace = workspace.to_string_lossy();
-    let plans = if args.runs {
+    let located = super::workspace()?;
+    let workflows = (!args.plans && !args.runs).then(|| {
+        let mut named = locate::workspace_workflows(&located.root);
+        if let Some(limit) = args.limit {
+            named.truncate(limit);
+        }
+        named
+    });
+    let workspace = located.root.to_string_lossy();
+    let plans = if args.runs || args.workflows {
         None
     } else {
         Some(plan_items(&home, &workspace, args.limit)?)
     };
-    let runs = if args.plans {
+    let runs = if args.plans || args.workflows {
         None
     } else {
         Some(run_items(&home, &workspace, args.limit)?)
     };
-    let text = if args.json {
+    let text = if args.output.is_json() {
         // Rho's document: both sections always present (empty when filtered out), each
-        // newest first.
-        json_text(&json!({
+        // newest first; the workspace's workflows beside them when asked for.
+        let mut document = json!({
             "plans": plans.clone().unwrap_or_default(),
             "runs": runs.clone().unwrap_or_default(),
-        }))
+        });
+        if let Some(workflows) = workflows.as_ref().filter(|_| args.workflows) {
+            document["workflows"] = workflows
+                .iter()
+                .map(|w| json!({ "name": w.name, "path": w.path }))
+                .collect();
+        }
+        json_text(&document)
     } else {
         let mut out = String::new();
+        if let Some(workflows) = &workflows {
+            out.push_str(&workflow_table(workflows));
+        }
         if let Some(plans) = &plans {
+            if !out.is_empty() {
+                out.push('\n');
+            }
             out.push_str(&plan_table(plans));
         }
         if let Some(runs) = &runs {
@@ -70,10 +93,26 @@ pub fn run_list(args: &ListArgs) -> CliResult {
             }
             out.push_str(&run_table(runs));
         }
-        out
+        // Workflow names and file names come from the workspace.
+        crate::terminal::escape_controls_keep_lines(&out).into_owned()
     };
     print_out(&text)?;
     Ok(ExitCode::Success)
+}
+
+fn workflow_table(items: &[locate::NamedWorkflow]) -> String {
+    if items.is_empty() {
+        return format!(
+            "no workflows in {} (rho workflow new NAME writes one)\n",
+            locate::WORKFLOWS_DIR
+        );
+    }
+    let width = items.iter().map(|w| w.name.len()).max().unwrap_or(0).max(8);
+    let mut out = format!("{:<width$}  {}\n", "WORKFLOW", "PATH");
+    for w in items {
+        let _ = writeln!(out, "{:<width$}  {}", w.name, w.path.display());
+    }
+    out
 }
 
 /// This workspace's plans, newest first.

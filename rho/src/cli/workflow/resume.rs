@@ -22,7 +22,7 @@ pub struct ResumeArgs {
     #[arg(value_name = "RUN_ID")]
     pub id: String,
     /// Consent to the run's program digest without asking.
-    #[arg(long)]
+    #[arg(long, short = 'y')]
     pub yes: bool,
     /// Give attempts whose fate is uncertain a new attempt (once none of their processes is
     /// alive).
@@ -31,6 +31,9 @@ pub struct ResumeArgs {
     /// Progress output.
     #[arg(long, value_enum, default_value = "text")]
     pub output: ProgressOutput,
+    /// Same as `--output jsonl`.
+    #[arg(long, hide = true, conflicts_with = "output")]
+    pub json: bool,
     /// The current mode only narrows the run's recorded one, never widens it.
     #[command(flatten)]
     pub permissions: PermissionArgs,
@@ -38,6 +41,11 @@ pub struct ResumeArgs {
 
 /// Runs `rho workflow resume`.
 pub fn run_resume(args: &ResumeArgs) -> CliResult {
+    let output = if args.json {
+        ProgressOutput::Jsonl
+    } else {
+        args.output
+    };
     let ctx = Context::from_env()?;
     let selection = select_process_mode(
         crate::cli::root::options().permission_mode(args.permissions.permission_mode.as_deref()),
@@ -65,7 +73,18 @@ pub fn run_resume(args: &ResumeArgs) -> CliResult {
     check_trust(&ctx, &recorded.trust)?;
     // Journaled by the new owner, so every consent that let a process own the run is on
     // record (the manifest keeps the one the run was created with).
-    let confirmation = confirm(&manifest.plan_id, &manifest.program_digest, args.yes)?;
+    let confirmation = confirm(
+        &manifest.plan_id,
+        &manifest.program_digest,
+        args.yes,
+        &|| {
+            crate::workflow::describe::describe(
+                &program,
+                &format!("run {id} (plan {})", manifest.plan_id),
+                &manifest.program_digest,
+            )
+        },
+    )?;
     let (mode, source) = resume_mode(recorded.permission_mode, selection);
     let run_ctx = run_context(&ctx, mode)?;
     // The run's plan records how its sources were evaluated; a degraded planner is repeated
@@ -75,7 +94,7 @@ pub fn run_resume(args: &ResumeArgs) -> CliResult {
         .unwrap_or_default();
     super::warn(&warnings);
     let mut sink =
-        Progress::new(args.output, mode, source, program.root.nodes.len()).with_warnings(warnings);
+        Progress::new(output, mode, source, program.root.nodes.len()).with_warnings(warnings);
     let result = runner::resume(
         &run_ctx,
         &id,

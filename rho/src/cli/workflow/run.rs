@@ -6,14 +6,16 @@
 //! prompt on a terminal); without both and without a terminal the command fails closed.
 
 use std::io::{BufRead as _, IsTerminal as _, Write as _};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Instant;
 
 use clap::{Args, ValueEnum};
 use serde_json::json;
 
-use super::{Context, InputArgs, create_plan, rho_shapes, store_error};
+use super::{Context, InputArgs, Target, create_plan, rho_shapes, store_error};
 use crate::cli::exit::{CliError, CliResult, ExitCode};
+use crate::cli::terminal::{self, Colour, paint};
+use crate::workflow::{describe, logs};
 use rho_policy::{PermissionMode, TrustRequirement};
 
 use crate::permissions::responder::{TerminalShare, terminal};
@@ -23,6 +25,9 @@ use crate::workflow::runner::{self, ProgressSink, RunContext, RunError, RunRepor
 use crate::workflow::state::{Event, EventKind, NodeState, Outcome, State};
 use crate::workflow::store::plans;
 use crate::workflow::store::runs::{Confirmation, ConfirmationMethod};
+
+/// Lines of each stream shown under a failed node.
+const FAILURE_TAIL_LINES: usize = 20;
 
 /// Progress formats of `run` and `resume`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -36,40 +41,46 @@ pub enum ProgressOutput {
 /// Run a stored plan (or plan and run a `.star` file).
 #[derive(Debug, Args)]
 pub struct RunArgs {
-    /// A plan id (or unique prefix), or a `.star` workflow file to plan first.
-    #[arg(value_name = "PLAN_ID|FILE")]
+    /// A plan id (or unique prefix), or a workflow file or name to plan first.
+    #[arg(value_name = "PLAN_ID|FILE|NAME")]
     pub target: String,
     /// Consent to the plan's program digest without asking.
-    #[arg(long)]
+    #[arg(long, short = 'y')]
     pub yes: bool,
     #[command(flatten)]
     pub inputs: InputArgs,
     /// Progress output.
     #[arg(long, value_enum, default_value = "text")]
     pub output: ProgressOutput,
+    /// Same as `--output jsonl`.
+    #[arg(long, hide = true, conflicts_with = "output")]
+    pub json: bool,
     #[command(flatten)]
     pub permissions: PermissionArgs,
 }
 
 /// Runs `rho workflow run`.
 pub fn run_run(args: &RunArgs) -> CliResult {
+    let output = if args.json {
+        ProgressOutput::Jsonl
+    } else {
+        args.output
+    };
     let ctx = Context::from_env()?;
     // An unknown mode is a configuration error before anything is planned or stored.
     let selection = select_process_mode(
         crate::cli::root::options().permission_mode(args.permissions.permission_mode.as_deref()),
         &ctx.config,
     )?;
-    let is_file = Path::new(&args.target)
-        .extension()
-        .is_some_and(|e| e == "star")
-        || Path::new(&args.target).is_file();
-    let plan_id = if is_file {
-        let (_, manifest) = create_plan(Path::new(&args.target), &args.inputs.inputs)?;
+    let target = super::target(&ctx.located, &args.target)?;
+    let is_file = matches!(target, Target::File(_));
+    let plan_id = if let Target::File(file) = &target {
+        let manifest = create_plan(&ctx, file, &args.inputs.inputs)?.manifest;
         let line = format!(
             "plan_id: {}\nprogram_digest: {}\n",
             manifest.plan_id, manifest.program_digest
         );
-        if args.output == ProgressOutput::Text {
+        if output == ProgressOutput::Text {
             super::print_out(&line)?;
         } else {
             eprint!("{line}");
@@ -81,7 +92,8 @@ pub fn run_run(args: &RunArgs) -> CliResult {
                 "--input applies only when running a .star file; a stored plan's inputs are frozen",
             ));
         }
-        plans::resolve(&ctx.home, &args.target).map_err(|e| store_error(&e))?
+        plans::resolve(&ctx.home, &args.target)
+            .map_err(|e| super::unknown_target(&ctx.located, &args.target, &e, "plan"))?
     };
     let plan = plans::load(&ctx.home, &plan_id).map_err(|e| store_error(&e))?;
     // A plan made by a degraded planner says so on every output (`plan` warned already
@@ -99,10 +111,16 @@ pub fn run_run(args: &RunArgs) -> CliResult {
     )?;
     // Consent covers the digest and nothing else: the mode, hooks and trust below are
     // decided exactly as they would be without it.
-    let confirmation = confirm(&plan_id, &plan.program_digest, args.yes)?;
+    let confirmation = confirm(&plan_id, &plan.program_digest, args.yes, &|| {
+        describe::describe(
+            &plan.program,
+            &format!("plan {plan_id}"),
+            &plan.program_digest,
+        )
+    })?;
     let run_ctx = run_context(&ctx, selection.mode)?;
     let mut sink = Progress::new(
-        args.output,
+        output,
         selection.mode,
         selection.source.to_string(),
         plan.program.root.nodes.len(),
@@ -122,8 +140,14 @@ pub fn check_trust(ctx: &Context, required: &TrustRequirement) -> Result<(), Cli
     })
 }
 
-/// Asks for (or takes) consent to `digest` for one new run.
-pub fn confirm(plan_id: &str, digest: &str, yes: bool) -> Result<Confirmation, CliError> {
+/// Asks for (or takes) consent to `digest` for one new run. At the prompt, `show` (or `s`)
+/// prints `describe()` (what the digest covers) and asks again.
+pub fn confirm(
+    plan_id: &str,
+    digest: &str,
+    yes: bool,
+    describe: &dyn Fn() -> String,
+) -> Result<Confirmation, CliError> {
     let at = crate::workflow::store::timestamp_now();
     if yes {
         return Ok(Confirmation {
@@ -135,26 +159,42 @@ pub fn confirm(plan_id: &str, digest: &str, yes: bool) -> Result<Confirmation, C
     if !(std::io::stdin().is_terminal() && std::io::stderr().is_terminal()) {
         return Err(CliError::invalid(format!(
             "plan {plan_id} ({digest}) needs confirmation and there is no terminal to ask on: \
-             pass --yes to consent to this digest"
+             pass --yes to consent to this digest (rho workflow show {plan_id} shows what it \
+             covers)"
         )));
     }
-    let mut stderr = std::io::stderr().lock();
-    let _ = write!(stderr, "Run workflow plan {plan_id} ({digest})? [y/N] ");
-    let _ = stderr.flush();
-    let mut answer = String::new();
-    std::io::stdin()
-        .lock()
-        .read_line(&mut answer)
-        .map_err(|e| CliError::operational(format!("cannot read the answer: {e}")))?;
-    match answer.trim().to_ascii_lowercase().as_str() {
-        "y" | "yes" => Ok(Confirmation {
-            digest: digest.to_owned(),
-            method: ConfirmationMethod::Prompt,
-            at: crate::workflow::store::timestamp_now(),
-        }),
-        _ => Err(CliError::invalid(format!(
-            "plan {plan_id} was not confirmed; nothing was run"
-        ))),
+    loop {
+        let mut stderr = std::io::stderr().lock();
+        let _ = write!(
+            stderr,
+            "Run workflow plan {plan_id} ({digest})? [y/N/show] "
+        );
+        let _ = stderr.flush();
+        drop(stderr);
+        let mut answer = String::new();
+        let read = std::io::stdin()
+            .lock()
+            .read_line(&mut answer)
+            .map_err(|e| CliError::operational(format!("cannot read the answer: {e}")))?;
+        match answer.trim().to_ascii_lowercase().as_str() {
+            "y" | "yes" => {
+                return Ok(Confirmation {
+                    digest: digest.to_owned(),
+                    method: ConfirmationMethod::Prompt,
+                    at: crate::workflow::store::timestamp_now(),
+                });
+            }
+            "s" | "show" if read > 0 => {
+                let mut stderr = std::io::stderr().lock();
+                let _ = stderr.write_all(describe().as_bytes());
+                let _ = stderr.flush();
+            }
+            _ => {
+                return Err(CliError::invalid(format!(
+                    "plan {plan_id} was not confirmed; nothing was run"
+                )));
+            }
+        }
     }
 }
 
@@ -300,7 +340,11 @@ impl Progress {
         let _ = writeln!(out, "{fields}");
     }
 
+    /// Prints one progress line (or a few, joined by newlines). Node ids, reasons, hook
+    /// details and output tails come from the workflow, its hooks and its commands, so their
+    /// control characters are made visible here, once, for every line.
     fn line(&mut self, text: &str) {
+        let text = &*crate::terminal::escape_controls_keep_lines(text);
         if !self.live {
             let mut out = std::io::stdout().lock();
             let _ = writeln!(out, "{text}");
@@ -380,23 +424,79 @@ impl Progress {
             .map(|(id, _)| id.as_str())
             .take(4)
             .collect();
-        self.settle(&mut share);
-        let mut out = std::io::stdout().lock();
-        let _ = write!(
-            out,
-            "\r\x1b[2K[{}/{}] {:.1}s running: {}",
+        let latest = running
+            .first()
+            .and_then(|id| self.latest_output(state, id))
+            .map(|(id, line)| format!(" · {}: {line}", crate::terminal::escape_controls(id)))
+            .unwrap_or_default();
+        let status = format!(
+            "[{}/{}] {:.1}s running: {}{latest}",
             done,
             self.total,
             self.started.elapsed().as_secs_f64(),
             if running.is_empty() {
                 "-".to_owned()
             } else {
-                running.join(", ")
+                crate::terminal::escape_controls(&running.join(", ")).into_owned()
             }
+        );
+        let width = terminal::stdout_columns().unwrap_or(80);
+        self.settle(&mut share);
+        let mut out = std::io::stdout().lock();
+        let _ = write!(
+            out,
+            "\r\x1b[2K{}",
+            terminal::clip_to(&status, width.saturating_sub(1))
         );
         let _ = out.flush();
         share.set_live_line(true);
         self.last_draw = Some(now);
+    }
+
+    /// The tail of a failed attempt's output, stderr first, as indented lines (nothing when
+    /// the node printed nothing).
+    fn failure_tail(&self, node: &str, attempt: u32) -> Vec<String> {
+        let Some(run_dir) = &self.run_dir else {
+            return Vec::new();
+        };
+        let mut lines = Vec::new();
+        for stream in [logs::Stream::Stderr, logs::Stream::Stdout] {
+            let path = logs::stream_path(run_dir, node, attempt, stream);
+            let tail = logs::tail_lines(&path, FAILURE_TAIL_LINES).unwrap_or_default();
+            if tail.is_empty() {
+                continue;
+            }
+            lines.push(format!(
+                "  {} of {node} (last {}):",
+                stream.file_name(),
+                lines_text(tail.len())
+            ));
+            lines.extend(tail.into_iter().map(|l| format!("  | {l}")));
+        }
+        if !lines.is_empty() {
+            lines.push(format!(
+                "  full output: rho workflow logs {} {node}",
+                short_id(&self.run_id)
+            ));
+        }
+        lines
+    }
+
+    /// The latest line the running node `id` printed (the newer of its streams).
+    fn latest_output<'a>(&self, state: &State, id: &'a str) -> Option<(&'a str, String)> {
+        let run_dir = self.run_dir.as_ref()?;
+        let attempt = state.root().tasks.get(id)?.attempts.last()?.number;
+        let mut newest: Option<(std::time::SystemTime, PathBuf)> = None;
+        for stream in [logs::Stream::Stdout, logs::Stream::Stderr] {
+            let path = logs::stream_path(run_dir, id, attempt, stream);
+            if let Ok(modified) = std::fs::metadata(&path).and_then(|m| m.modified())
+                && newest.as_ref().is_none_or(|(t, _)| modified >= *t)
+            {
+                newest = Some((modified, path));
+            }
+        }
+        let line = logs::last_line(&newest?.1)?;
+        Some((id, line))
     }
 
     fn needs_recovery(&mut self, run_id: &str, attempts: &[String], nodes: &[&str]) {
@@ -444,35 +544,16 @@ impl Progress {
             }
             ProgressOutput::Text => {
                 self.clear_live();
-                let mut text = String::new();
-                for (id, task) in &state.root().tasks {
-                    let Some(a) = task.attempts.last() else {
-                        continue;
-                    };
-                    for art in [&a.stdout, &a.stderr, &a.output].into_iter().flatten() {
-                        let path = self
-                            .run_dir
-                            .as_ref()
-                            .map_or_else(|| PathBuf::from(&art.path), |d| d.join(&art.path));
-                        text.push_str(&format!(
-                            "  {id}: {} · {} bytes · digest {}{}\n",
-                            path.display(),
-                            art.retained_bytes,
-                            art.sha256,
-                            if art.truncated {
-                                format!(" · truncated: observed {} bytes", art.observed_bytes)
-                            } else {
-                                String::new()
-                            }
-                        ));
-                    }
-                }
+                let mut text =
+                    summary_table(state, self.run_dir.as_deref(), terminal::stdout_colour());
                 if let Some(result) = &state.root().result {
                     for (name, e) in &result.exports {
                         match &e.note {
                             None => text.push_str(&format!("export {name} = {}\n", e.value)),
-                            Some(note) => text
-                                .push_str(&format!("export {name} = null (unavailable: {note})\n")),
+                            Some(note) => text.push_str(&format!(
+                                "export {name} = null (unavailable: {})\n",
+                                crate::terminal::escape_controls(note)
+                            )),
                         }
                     }
                 }
@@ -584,6 +665,11 @@ impl ProgressSink for Progress {
                             .unwrap_or_default();
                         self.line(&format!("finished {node} (attempt {attempt}): {s}{why}"));
                     }
+                    if *s == NodeState::Failure {
+                        for line in self.failure_tail(node, *attempt) {
+                            self.line(&line);
+                        }
+                    }
                 } else {
                     self.jsonl(
                         "node_finished",
@@ -652,4 +738,111 @@ impl ProgressSink for Progress {
         }
         self.draw(state, false);
     }
+}
+
+/// `3 lines`, `1 line`.
+fn lines_text(n: usize) -> String {
+    if n == 1 {
+        "1 line".to_owned()
+    } else {
+        format!("{n} lines")
+    }
+}
+
+/// The first 8 characters of an id (enough as a unique prefix in practice; the full id is
+/// printed at the start of the run).
+fn short_id(id: &str) -> &str {
+    id.get(..8).unwrap_or(id)
+}
+
+/// `sha256:0123456789ab` (12 hex digits) from a full digest.
+pub fn short_digest(digest: &str) -> &str {
+    let cut = digest.find(':').map_or(12, |i| i + 13);
+    digest.get(..cut).unwrap_or(digest)
+}
+
+/// How long an attempt took, as `0.4s`, `12s` or `3m05s` (`-` when it did not finish).
+fn duration_text(attempt: &crate::workflow::state::Attempt) -> String {
+    let Some(end) = attempt.finished_at_ms else {
+        return "-".to_owned();
+    };
+    let ms = end.saturating_sub(attempt.intended_at_ms);
+    if ms < 10_000 {
+        format!("{}.{}s", ms / 1000, (ms % 1000) / 100)
+    } else if ms < 60_000 {
+        format!("{}s", ms / 1000)
+    } else {
+        format!("{}m{:02}s", ms / 60_000, (ms / 1000) % 60)
+    }
+}
+
+/// The end-of-run table: one row per node (mark, state, attempt, duration, reason), then the
+/// artifacts as run-relative paths with sizes and short digests (`status --output json` and
+/// the `completed` event carry the full ones).
+pub fn summary_table(state: &State, run_dir: Option<&std::path::Path>, colour: bool) -> String {
+    use std::fmt::Write as _;
+    let tasks = &state.root().tasks;
+    let width = tasks
+        .keys()
+        .map(|k| k.chars().count())
+        .max()
+        .unwrap_or(4)
+        .max(4);
+    let mut out = String::new();
+    for (id, task) in tasks {
+        let (mark, tint) = match task.state {
+            NodeState::Success => ("✓", Colour::Green),
+            NodeState::Failure | NodeState::Denial => ("✗", Colour::Red),
+            _ => ("–", Colour::Yellow),
+        };
+        let last = task.attempts.last();
+        let attempt = last.map_or_else(|| "-".to_owned(), |a| format!("#{}", a.number));
+        let duration = last.map_or_else(|| "-".to_owned(), duration_text);
+        let reason = task
+            .reason
+            .as_deref()
+            .map(|r| format!("  {}", logs::escape(r)))
+            .unwrap_or_default();
+        let _ = writeln!(
+            out,
+            "{} {:<width$}  {}  {:>3}  {:>7}{}",
+            paint(mark, tint, colour),
+            logs::escape(id),
+            paint(&format!("{:<12}", task.state.as_str()), tint, colour),
+            attempt,
+            duration,
+            paint(&reason, Colour::Dim, colour),
+        );
+    }
+    let mut artifacts = String::new();
+    for (id, task) in tasks {
+        let Some(a) = task.attempts.last() else {
+            continue;
+        };
+        for art in [&a.stdout, &a.stderr, &a.output].into_iter().flatten() {
+            let truncated = if art.truncated {
+                format!(" · truncated: observed {} bytes", art.observed_bytes)
+            } else {
+                String::new()
+            };
+            let _ = writeln!(
+                artifacts,
+                "  {}: {} · {} bytes · {}{truncated}",
+                logs::escape(id),
+                art.path,
+                art.retained_bytes,
+                short_digest(&art.sha256),
+            );
+        }
+    }
+    if !artifacts.is_empty() {
+        match run_dir {
+            Some(dir) => {
+                let _ = writeln!(out, "artifacts (in {}):", dir.display());
+            }
+            None => out.push_str("artifacts:\n"),
+        }
+        out.push_str(&artifacts);
+    }
+    out
 }

@@ -46,6 +46,9 @@ pub struct StatusArgs {
     /// Output format.
     #[arg(long, value_enum, default_value = "text")]
     pub output: StatusOutput,
+    /// Same as `--output json`.
+    #[arg(long, hide = true, conflicts_with = "output")]
+    pub json: bool,
 }
 
 /// Runs `rho workflow status`.
@@ -53,7 +56,12 @@ pub fn run_status(args: &StatusArgs) -> CliResult {
     let home = RhoHome::from_env().map_err(|e| CliError::operational(e.to_string()))?;
     let id = runs::resolve(&home, &args.id).map_err(|e| store_error(&e))?;
     let (run, inspection) = runner::inspect(&home, &id).map_err(|e| super::run::run_error(&e))?;
-    let text = match args.output {
+    let output = if args.json {
+        StatusOutput::Json
+    } else {
+        args.output
+    };
+    let text = match output {
         StatusOutput::Json => match &inspection.manifest {
             StoredManifest::Current(manifest) => {
                 let program = graph_program(&run)?;
@@ -68,7 +76,11 @@ pub fn run_status(args: &StatusArgs) -> CliResult {
             // A format-1 run is shown as stored; it has no graph.json of this format.
             StoredManifest::Legacy(_) => json_text(&legacy_json(&inspection)),
         },
-        StatusOutput::Text => status_text(&id, run.path(), &inspection),
+        // Names, reasons and notes come from the workflow and its commands.
+        StatusOutput::Text => {
+            crate::terminal::escape_controls_keep_lines(&status_text(&id, run.path(), &inspection))
+                .into_owned()
+        }
     };
     print_out(&text)?;
     Ok(ExitCode::Success)

@@ -5,7 +5,6 @@
 //! `plan` would give for the same sources, inputs and machine.
 
 use std::fmt::Write as _;
-use std::path::PathBuf;
 
 use clap::{Args, ValueEnum};
 use rho_ipc::message::Diagnostic;
@@ -31,23 +30,54 @@ pub enum ValidateOutput {
 /// Check a workflow file without storing anything.
 #[derive(Debug, Args)]
 pub struct ValidateArgs {
-    /// The workflow file (inside the current directory, the workspace).
-    #[arg(value_name = "FILE")]
-    pub file: PathBuf,
+    /// The workflow file, or the name of a workflow in `.rho/workflows/`.
+    #[arg(value_name = "FILE|NAME")]
+    pub file: String,
     #[command(flatten)]
     pub inputs: InputArgs,
     /// Output format.
     #[arg(long, value_enum, default_value = "text")]
     pub output: ValidateOutput,
+    /// Same as `--output json`.
+    #[arg(long, hide = true, conflicts_with = "output")]
+    pub json: bool,
 }
 
 /// Runs `rho workflow validate`.
 pub fn run_validate(args: &ValidateArgs) -> CliResult {
-    let inputs = parse_inputs(&args.inputs.inputs)?;
-    let ctx = Context::from_env()?;
-    let result = ctx.plan(&args.file, inputs);
-    let file = args.file.display().to_string();
-    match (args.output, result) {
+    let output = if args.json {
+        ValidateOutput::Json
+    } else {
+        args.output
+    };
+    // Problems found before planning (a bad --input, an unknown workflow) still reach a JSON
+    // consumer as a document and CI as an annotation.
+    let prepared = parse_inputs(&args.inputs.inputs).and_then(|inputs| {
+        let ctx = Context::from_env()?;
+        let path = ctx.workflow_file(&args.file)?;
+        Ok((ctx, path, inputs))
+    });
+    let (ctx, path, inputs) = match prepared {
+        Ok(p) => p,
+        Err(err) => {
+            match output {
+                ValidateOutput::Text => {}
+                ValidateOutput::Json => print_out(&json_text(&json!({
+                    "valid": false,
+                    "warnings": [],
+                    "diagnostics": [{ "code": "usage", "message": err.message }],
+                })))?,
+                ValidateOutput::Github => print_out(&format!(
+                    "{}\n",
+                    annotation(&Diagnostic::new("usage", err.message.clone()), &args.file)
+                ))?,
+            }
+            return Err(err);
+        }
+    };
+    let result = ctx.plan(&path, &inputs);
+    let file = path.display().to_string();
+    match (output, result) {
         (ValidateOutput::Text, Ok(planned)) => {
             warn(&planned.warnings());
             print_out(&format!(

@@ -87,7 +87,22 @@ impl Phase {
     }
 }
 
+/// Below this bound a stream keeps only its head; at or above it, the head and the tail
+/// (errors are usually printed last) with a marked gap between them.
+const HEAD_AND_TAIL_MIN: u64 = 256;
+/// Bytes reserved for the gap marker, so head, marker and tail stay within the bound.
+const MARKER_RESERVE: u64 = 64;
+
+/// The line that marks dropped bytes between a stream's head and tail.
+fn gap_marker(omitted: u64) -> String {
+    format!("\n[... rho: {omitted} bytes omitted ...]\n")
+}
+
 /// One captured stream: a pipe read end and its bounded artifact.
+///
+/// With a bound of at least [`HEAD_AND_TAIL_MIN`], the first half of the bound goes to the
+/// file as it arrives and the latest bytes are held in a ring; at the end the ring follows,
+/// after a gap marker when bytes were dropped between them.
 #[derive(Debug)]
 struct Stream {
     pipe: Option<File>,
@@ -95,12 +110,18 @@ struct Stream {
     /// file is the most expensive step of a trivial launch.
     sink: Option<File>,
     path: PathBuf,
-    max: u64,
     retained: u64,
     observed: u64,
     reached_end: bool,
     write_failed: bool,
     hasher: Sha256,
+    /// Bytes written to the file as they arrive (the head).
+    head_max: u64,
+    /// The latest bytes past the head, at most `tail_max`.
+    tail: std::collections::VecDeque<u8>,
+    tail_max: usize,
+    /// Bytes of the gap marker in the file (0 when nothing was dropped).
+    marker_bytes: u64,
 }
 
 impl Stream {
@@ -126,12 +147,23 @@ impl Stream {
             pipe: Some(File::from(pipe)),
             sink: None,
             path: path.to_owned(),
-            max,
             retained: 0,
             observed: 0,
             reached_end: false,
             write_failed: false,
             hasher: Sha256::new(),
+            head_max: if max >= HEAD_AND_TAIL_MIN {
+                max / 2
+            } else {
+                max
+            },
+            tail: std::collections::VecDeque::new(),
+            tail_max: if max >= HEAD_AND_TAIL_MIN {
+                usize::try_from(max - max / 2 - MARKER_RESERVE).unwrap_or(0)
+            } else {
+                0
+            },
+            marker_bytes: 0,
         })
     }
 
@@ -175,12 +207,56 @@ impl Stream {
 
     fn keep(&mut self, bytes: &[u8]) {
         self.observed += bytes.len() as u64;
-        if self.write_failed || self.retained >= self.max {
+        if self.write_failed {
             return;
         }
-        let room = usize::try_from(self.max - self.retained).unwrap_or(usize::MAX);
-        let kept = &bytes[..bytes.len().min(room)];
+        let room =
+            usize::try_from(self.head_max.saturating_sub(self.retained)).unwrap_or(usize::MAX);
+        let (kept, rest) = bytes.split_at(bytes.len().min(room));
+        self.hold_tail(rest);
         if kept.is_empty() {
+            return;
+        }
+        self.write_kept(kept);
+    }
+
+    /// Keeps the latest `tail_max` bytes seen past the head.
+    fn hold_tail(&mut self, bytes: &[u8]) {
+        if self.tail_max == 0 || bytes.is_empty() {
+            return;
+        }
+        if bytes.len() >= self.tail_max {
+            self.tail.clear();
+            self.tail.extend(&bytes[bytes.len() - self.tail_max..]);
+            return;
+        }
+        let overflow = (self.tail.len() + bytes.len()).saturating_sub(self.tail_max);
+        self.tail.drain(..overflow);
+        self.tail.extend(bytes);
+    }
+
+    /// Appends the held tail to the file, after a gap marker when bytes were dropped.
+    fn write_tail(&mut self) {
+        if self.write_failed || self.tail.is_empty() {
+            return;
+        }
+        let tail: Vec<u8> = std::mem::take(&mut self.tail).into();
+        let omitted = self.observed - self.retained - tail.len() as u64;
+        if omitted > 0 {
+            self.write_kept(gap_marker(omitted).as_bytes());
+        }
+        self.write_kept(&tail);
+        // The marker is not output: what the command printed and the file holds differ by
+        // exactly the omitted bytes.
+        self.marker_bytes = if omitted > 0 {
+            gap_marker(omitted).len() as u64
+        } else {
+            0
+        };
+    }
+
+    fn write_kept(&mut self, kept: &[u8]) {
+        if self.write_failed {
             return;
         }
         match self.create_sink().and_then(|sink| sink.write_all(kept)) {
@@ -197,13 +273,15 @@ impl Stream {
         }
     }
 
-    fn finish(self) -> StreamArtifact {
+    fn finish(mut self) -> StreamArtifact {
+        self.write_tail();
         let digest: [u8; 32] = self.hasher.finalize().into();
+        let output_kept = self.retained - self.marker_bytes;
         StreamArtifact {
             path: self.path,
             retained_bytes: self.retained,
             observed_bytes: self.observed,
-            truncated: self.observed > self.retained || self.write_failed,
+            truncated: self.observed > output_kept || self.write_failed,
             reached_end: self.reached_end,
             sha256: format!("sha256:{}", rho_ipc::digest::hex(&digest)),
         }

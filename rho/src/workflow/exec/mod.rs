@@ -265,7 +265,8 @@ pub struct StreamArtifact {
     pub retained_bytes: u64,
     /// Bytes the command wrote to the stream.
     pub observed_bytes: u64,
-    /// Whether bytes were dropped (`observed_bytes > retained_bytes`).
+    /// Whether bytes were dropped (the command printed more than the file holds; a
+    /// dropped middle is marked in the file between the kept head and tail).
     pub truncated: bool,
     /// Whether the stream was read to its end (false only when a process that escaped the
     /// group kept it open after the group was killed).

@@ -155,6 +155,83 @@ pub fn render_diagnostic(diagnostic: &Diagnostic) -> String {
     }
 }
 
+/// [`render_diagnostic`] followed by the source line at fault and a caret under its column,
+/// read from the workspace file the span's label names (just the diagnostic when the file or
+/// line cannot be read). Control characters of the source are made visible.
+pub fn render_diagnostic_with_source(diagnostic: &Diagnostic, workspace: &Path) -> String {
+    let mut text = render_diagnostic(diagnostic);
+    let Some(span) = &diagnostic.span else {
+        return text;
+    };
+    let Some(rel) = span.label.strip_prefix("//") else {
+        return text;
+    };
+    let Some(source) = read_source_for_excerpt(&workspace.join(rel)) else {
+        return text;
+    };
+    let source = String::from_utf8_lossy(&source);
+    let Some(line) = source.lines().nth(
+        usize::try_from(span.line)
+            .unwrap_or(usize::MAX)
+            .wrapping_sub(1),
+    ) else {
+        return text;
+    };
+    let number = span.line.to_string();
+    let pad = " ".repeat(number.len());
+    let column = usize::try_from(span.column).unwrap_or(1).max(1) - 1;
+    // A long line is shown as a window around the column, marked with `…` where cut.
+    let chars: Vec<char> = line.chars().collect();
+    let start = if chars.len() > EXCERPT_CHARS {
+        column
+            .saturating_sub(EXCERPT_CHARS / 2)
+            .min(chars.len() - EXCERPT_CHARS)
+    } else {
+        0
+    };
+    let end = (start + EXCERPT_CHARS).min(chars.len());
+    let before: String = chars[start..column.clamp(start, end)].iter().collect();
+    let shown: String = chars[start..end].iter().collect();
+    let open = if start > 0 { "…" } else { "" };
+    let close = if end < chars.len() { "…" } else { "" };
+    // The caret sits under the column's character, counted in the text as shown (escaped
+    // controls take two columns); tabs stay tabs so it lines up.
+    let lead: String = crate::terminal::escape_controls_keep_tabs(&format!("{open}{before}"))
+        .chars()
+        .map(|c| if c == '\t' { '\t' } else { ' ' })
+        .collect();
+    let _ = write!(
+        text,
+        "\n {pad} |\n {number} | {open}{}{close}\n {pad} | {lead}^",
+        crate::terminal::escape_controls_keep_tabs(&shown)
+    );
+    text
+}
+
+/// The most characters of a source line shown under a diagnostic.
+const EXCERPT_CHARS: usize = 160;
+/// The most bytes read from a source file to show an excerpt.
+const EXCERPT_READ_BYTES: u64 = 4 * 1024 * 1024;
+
+/// The bytes of the workspace file `path` for a diagnostic's excerpt: only a regular file,
+/// opened without following a final symbolic link and without blocking (a FIFO put there
+/// since planning must not hang the error report), at most [`EXCERPT_READ_BYTES`].
+fn read_source_for_excerpt(path: &Path) -> Option<Vec<u8>> {
+    use std::io::Read as _;
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(path)
+        .ok()?;
+    if !file.metadata().ok()?.is_file() {
+        return None;
+    }
+    let mut bytes = Vec::new();
+    file.take(EXCERPT_READ_BYTES).read_to_end(&mut bytes).ok()?;
+    Some(bytes)
+}
+
 fn render_diagnostics(diagnostics: &[Diagnostic]) -> String {
     let lines: Vec<String> = diagnostics.iter().map(render_diagnostic).collect();
     if lines.is_empty() {
@@ -427,6 +504,34 @@ pub fn plan(input: &PlanInput<'_>) -> Result<Planned, PlanError> {
 
 /// Stores a planned workflow; returns its manifest.
 pub fn store_plan(home: &RhoHome, planned: &Planned) -> Result<PlanManifest, PlanError> {
+    store_or_reuse_plan(home, planned).map(|(manifest, _)| manifest)
+}
+
+/// Stores `planned`, unless this workspace already holds a plan with the same program digest
+/// (same sources, inputs, frozen executables and settings) made under the same planner
+/// sandbox: that plan is returned instead, with `true`. A stored plan is reused only after it
+/// loads and verifies (a damaged one is passed over and a fresh copy stored).
+pub fn store_or_reuse_plan(
+    home: &RhoHome,
+    planned: &Planned,
+) -> Result<(PlanManifest, bool), PlanError> {
+    let sandbox = planned.sandbox_record();
+    for existing in plans::list(home)? {
+        if existing.program_digest == planned.program_digest
+            && existing.graph_digest == planned.graph_digest
+            && existing.workspace == planned.workspace
+            && existing.sandbox.missing == sandbox.missing
+            && existing.sandbox.mode == sandbox.mode
+            && plans::load(home, &existing.plan_id)
+                .is_ok_and(|p| p.program_digest == planned.program_digest)
+        {
+            return Ok((existing, true));
+        }
+    }
+    store_new_plan(home, planned).map(|m| (m, false))
+}
+
+fn store_new_plan(home: &RhoHome, planned: &Planned) -> Result<PlanManifest, PlanError> {
     let plan = NewPlan {
         program: &planned.program,
         program_bytes: &planned.program_bytes,
@@ -604,4 +709,64 @@ pub fn probe(
     };
     conversation.shutdown();
     Ok((hardening, result))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rho_ipc::evaluated::SourceSpan;
+
+    fn at(line: u32, column: u32) -> Diagnostic {
+        Diagnostic {
+            span: Some(SourceSpan {
+                label: "//w.star".to_owned(),
+                line,
+                column,
+            }),
+            ..Diagnostic::new("evaluation", "boom")
+        }
+    }
+
+    #[test]
+    fn the_source_line_is_shown_with_a_caret_under_the_column() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("w.star"), "x = 1\n\ty = \u{1b}z + q\n").unwrap();
+        let text = render_diagnostic_with_source(&at(2, 7), dir.path());
+        assert_eq!(
+            text,
+            // Column 7 is `z`, after the escape shown as two characters.
+            "w.star:2:7: boom\n   |\n 2 | \ty = ^[z + q\n   | \t      ^"
+        );
+    }
+
+    #[test]
+    fn a_long_line_is_windowed_around_the_column() {
+        let dir = tempfile::tempdir().unwrap();
+        let line = format!("{}X{}", "a".repeat(1000), "b".repeat(1000));
+        std::fs::write(dir.path().join("w.star"), &line).unwrap();
+        let text = render_diagnostic_with_source(&at(1, 1001), dir.path());
+        let shown = text.lines().nth(2).unwrap();
+        let caret = text.lines().nth(3).unwrap();
+        assert!(
+            shown.starts_with(" 1 | …a") && shown.ends_with("b…"),
+            "{shown}"
+        );
+        assert!(shown.chars().count() < EXCERPT_CHARS + 10, "{shown}");
+        let column = caret.chars().count() - 1;
+        assert_eq!(shown.chars().nth(column), Some('X'), "{text}");
+    }
+
+    #[test]
+    fn a_fifo_in_place_of_the_source_is_not_waited_on() {
+        let dir = tempfile::tempdir().unwrap();
+        nix::unistd::mkfifo(
+            &dir.path().join("w.star"),
+            nix::sys::stat::Mode::from_bits_truncate(0o644),
+        )
+        .unwrap();
+        assert_eq!(
+            render_diagnostic_with_source(&at(1, 1), dir.path()),
+            "w.star:1:1: boom"
+        );
+    }
 }

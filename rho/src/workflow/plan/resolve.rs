@@ -80,6 +80,17 @@ pub enum ResolveError {
         /// Why.
         problem: String,
     },
+    /// Neither a native executable nor a script with a `#!` line: the kernel would refuse
+    /// it (ENOEXEC) when the run starts.
+    #[error(
+        "`{path}` is neither a native executable (ELF) nor a script starting with `#!`; the \
+         run could not start it. Add an interpreter line such as `#!/bin/sh` as its first \
+         line, or run it through one: argv = [\"sh\", \"{path}\", ...]"
+    )]
+    UnknownFormat {
+        /// The path.
+        path: String,
+    },
     /// The script's shebang line cannot be used.
     #[error("script `{script}`: {problem}")]
     Shebang {
@@ -185,6 +196,11 @@ impl<'a> Resolver<'a> {
         let candidate = self.locate(argv0)?;
         let opened = self.open_file(&candidate)?;
         let interpreter = match shebang_line(&opened.head) {
+            None if !is_native_executable(&opened.head) => {
+                return Err(ResolveError::UnknownFormat {
+                    path: candidate.display().to_string(),
+                });
+            }
             None => None,
             Some(line) => {
                 let line = line.map_err(|e| match e {
@@ -375,6 +391,12 @@ impl<'a> Resolver<'a> {
                 target.display()
             )));
         }
+        if !is_native_executable(&opened.head) {
+            return Err(shebang_error(format!(
+                "interpreter `{}` is not a native executable (ELF)",
+                target.display()
+            )));
+        }
         Ok(FrozenInterpreter {
             file: opened.identity,
             shebang: shebang.to_owned(),
@@ -433,6 +455,11 @@ impl<'a> Resolver<'a> {
         })?;
         Ok(FrozenDirectory { path })
     }
+}
+
+/// Whether a file starting with `head` is a binary this kernel runs natively (ELF).
+fn is_native_executable(head: &[u8]) -> bool {
+    head.starts_with(b"\x7fELF")
 }
 
 /// The text after `#!` on the first line, when the file starts with `#!`.
