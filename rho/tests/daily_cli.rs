@@ -588,8 +588,9 @@ fn executables_of_unknown_format_fail_at_plan_time() {
     }
 }
 
-/// Item 10: text diagnostics show the source line and a caret; clap suggests flags; `-y` is
-/// `--yes` (used throughout this file).
+/// Item 10: text diagnostics show the source line and a caret and the helper's call site;
+/// a misspelt builtin parameter lists the valid ones; clap suggests flags; `-y` is `--yes`
+/// (used throughout this file).
 #[test]
 fn errors_show_the_source_line_with_a_caret_and_flags_get_suggestions() {
     let env = Env::new();
@@ -607,6 +608,25 @@ fn errors_show_the_source_line_with_a_caret_and_flags_get_suggestions() {
     assert!(err.contains("too many: 2"), "{err}");
     assert!(
         err.contains(" 3 |         fail(\"too many: \" + str(n))\n   |         ^"),
+        "{err}"
+    );
+    // The helper's caller in the workflow file is named too.
+    assert!(
+        err.contains("call stack, innermost first: `check` called at wf.star:4:5"),
+        "{err}"
+    );
+
+    // A misspelt parameter of a builtin lists the valid ones and the closest.
+    env.write(
+        "typo.star",
+        &workflow(&[r#"command(name = "a", argv = ["true"], timout_seconds = 5)"#.to_owned()]),
+    );
+    let out = env.rho(&["workflow", "validate", "typo.star"]);
+    assert_eq!(code(&out), 2, "{}", text(&out));
+    let err = stderr(&out);
+    assert!(
+        err.contains("`command` accepts name, argv, cwd, needs, when,")
+            && err.contains("did you mean `timeout_seconds` for `timout_seconds`?"),
         "{err}"
     );
 

@@ -556,3 +556,24 @@ fn shutdown_cancels_background_runs() {
         status.summary
     );
 }
+
+/// The tool finds a workspace workflow by its name as the command line does, and a mistyped
+/// name is an invalid `file` with the closest names.
+#[test]
+fn workflows_are_found_by_name_with_suggestions() {
+    let fx = Fixture::new();
+    let ctx = fx.ctx(PermissionMode::Bypass, TestHost::new(true));
+    let out = fx
+        .call(&ctx, json!({"action": "validate", "file": "hello"}))
+        .unwrap();
+    assert_eq!(out.structured["valid"], true, "{}", out.summary);
+    let err = fx
+        .call(&ctx, json!({"action": "plan", "file": "helo"}))
+        .unwrap_err();
+    assert!(
+        matches!(&err, ToolError::InvalidArguments { field, .. } if field == "file"),
+        "{err}"
+    );
+    assert!(err.to_string().contains("did you mean hello?"), "{err}");
+    assert!(fx.plans().is_empty());
+}

@@ -224,7 +224,7 @@ impl WorkflowTool {
     ) -> Result<ToolOutput, ToolError> {
         let file = args.required("file", args.file.as_ref())?;
         let inputs = parse_inputs(args.inputs.as_ref())?;
-        let path = absolute(ctx.workspace(), file);
+        let path = workflow_path(ctx.workspace(), file)?;
         let result = service::plan_file(
             ctx.home(),
             ctx.workspace(),
@@ -409,7 +409,9 @@ impl Tool for WorkflowTool {
                     "minLength": 1,
                     "maxLength": 4096,
                     "description": "validate/plan: the workflow file, relative to the workspace \
-                                    root (e.g. .rho/workflows/review.star)."
+                                    root (e.g. .rho/workflows/review.star), or a workspace \
+                                    workflow's name (review for \
+                                    .rho/workflows/review/workflow.star)."
                 },
                 "inputs": {
                     "type": "object",
@@ -497,13 +499,25 @@ fn merge(base: &Value, description: &str) -> Value {
     value
 }
 
-/// A workspace-relative path made absolute (planning canonicalizes and checks it is inside).
-fn absolute(workspace: &Path, file: &str) -> PathBuf {
-    let path = Path::new(file);
-    if path.is_absolute() {
-        path.to_path_buf()
-    } else {
-        workspace.join(path)
+/// The workflow file `file` names: a path relative to the workspace root (any existing
+/// entry that is not a directory goes to the planner, which reports what is wrong with it)
+/// or the name of one of the workspace's workflows (`ci` is
+/// `.rho/workflows/ci/workflow.star`), as on the command line. Anything else is an invalid
+/// `file` with the closest workflow names.
+fn workflow_path(workspace: &Path, file: &str) -> Result<PathBuf, ToolError> {
+    let located = crate::paths::Workspace {
+        root: workspace.to_path_buf(),
+        cwd: workspace.to_path_buf(),
+        found_by: crate::paths::WorkspaceMarker::CurrentDir,
+    };
+    match crate::workflow::locate::resolve_workflow(&located, file) {
+        // `join` keeps an absolute path as it is.
+        Ok(rel) => Ok(workspace.join(rel)),
+        Err(e) => Err(ToolError::invalid(
+            NAME,
+            "file",
+            crate::terminal::escape_controls(&e.to_string()),
+        )),
     }
 }
 
