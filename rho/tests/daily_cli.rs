@@ -325,6 +325,27 @@ fn show_describes_the_plan_and_the_prompt_offers_it() {
     let doc: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
     assert_eq!(doc["program"]["root"]["nodes"][0]["id"], "a");
 
+    // A read-only node without network says so (shown from the file, planned only).
+    env.write(
+        "ro.star",
+        &workflow(&[node(
+            "r",
+            ", access = \"read_only\", network = \"none\"",
+            r#"["true"]"#,
+        )]),
+    );
+    let out = env.rho(&["workflow", "show", "ro.star"]);
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    let shown = stdout(&out);
+    assert!(
+        shown.contains("  r (command, read-only, network none, timeout 60s,"),
+        "{shown}"
+    );
+    assert!(
+        shown.contains("scheduler: up to 4 nodes at once (4 agents, 4 commands)"),
+        "{shown}"
+    );
+
     let term = Terminal::spawn(env.command(&["workflow", "run", &plan]), 200);
     let asked = term.wait_for(0, "? [y/N/show] ");
     term.type_in("show\n");

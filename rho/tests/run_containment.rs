@@ -184,7 +184,7 @@ fn recovery_and_delete_refuse_while_a_detached_descendant_outlives_owner_and_gua
     let doc: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap();
     assert_eq!(doc["lifecycle"], "needs_recovery", "{doc}");
 
-    let out = env.rho(&["workflow", "delete", &id]);
+    let out = env.rho(&["workflow", "delete", &id, "--yes"]);
     assert_eq!(code(&out), 7, "{}", text(&out));
     assert!(text(&out).contains(&escaped.to_string()), "{}", text(&out));
     assert!(env.run_dir(&id).exists(), "the run is still there");
