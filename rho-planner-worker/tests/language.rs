@@ -1421,4 +1421,15 @@ fn unknown_named_parameter_lists_the_valid_ones() {
         "{d:#?}"
     );
     assert!(!d.message.contains("call stack"), "{d:#?}");
+    // A missing required parameter lists them too.
+    let d = diagnostic(run(&entry(
+        "    return workflow(name = \"w\", nodes = [shell(name = \"a\", command = \"true\")])",
+    )));
+    assert!(
+        d.message
+            .starts_with("Missing parameter `executable` for call to `shell`")
+            && d.message
+                .contains("; `shell` accepts name, executable, arguments, command,"),
+        "{d:#?}"
+    );
 }

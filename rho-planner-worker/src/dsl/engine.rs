@@ -487,12 +487,13 @@ fn budget_fault(budgets: &Budgets, name: &'static str, measured: u64) -> Fault {
     }
 }
 
-/// For Starlark's "extra named parameter(s) for call to F" where `F` is one of the workflow
-/// builtins: the parameters `F` accepts (read from the builtin's own signature, so the list
-/// cannot drift from the code) and the closest one to each name given.
+/// For Starlark's "Found `x` extra named parameter(s) for call to F" and "Missing parameter
+/// `x` for call to `F`" where `F` is one of the workflow builtins: the parameters `F` accepts
+/// (read from the builtin's own signature, so the list cannot drift from the code) and, for
+/// an unknown name, the closest valid one.
 fn valid_parameters(globals: &Globals, message: &str) -> Option<String> {
-    let (head, function) = message.split_once(" extra named parameter(s) for call to ")?;
-    let function = function.split_whitespace().next()?;
+    let (head, function) = message.split_once(" for call to ")?;
+    let function = function.split_whitespace().next()?.trim_matches('`');
     let value = globals.iter().find(|(name, _)| *name == function)?.1;
     let DocItem::Member(DocMember::Function(doc)) = value.to_value().documentation() else {
         return None;
@@ -507,15 +508,14 @@ fn valid_parameters(globals: &Globals, message: &str) -> Option<String> {
     if valid.is_empty() {
         return None;
     }
-    let given: Vec<&str> = head
-        .strip_prefix("Found ")
-        .unwrap_or(head)
-        .split('`')
-        .map(str::trim)
-        .filter(|w| !w.is_empty())
-        .collect();
     let mut text = format!("; `{function}` accepts {}", valid.join(", "));
-    for name in given {
+    let Some(given) = head
+        .strip_prefix("Found ")
+        .and_then(|h| h.strip_suffix(" extra named parameter(s)"))
+    else {
+        return Some(text);
+    };
+    for name in given.split('`').map(str::trim).filter(|w| !w.is_empty()) {
         if let Some(close) = valid
             .iter()
             .map(|v| (edit_distance(name, v), v))
