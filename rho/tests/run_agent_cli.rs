@@ -86,17 +86,28 @@ fn output_file_keeps_the_status_contract() {
     assert!(text.starts_with("Result text."), "{text}");
     assert!(text.ends_with("\n[subagent run complete]\n"), "{text}");
     let status: serde_json::Value = serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
-    assert_eq!(status["status"], "completed");
+    // The delegated runs' result.json contract (Rho's `--output-file` document).
+    assert_eq!(status["state"], "ok");
     assert_eq!(status["result"], "Result text.");
     assert_eq!(status["agent_id"], "default");
     assert_eq!(status["runtime"], "rho");
+    assert_eq!(status["provider"], "local");
+    assert_eq!(status["model"], "scripted-1");
+    assert_eq!(status["turns"], 1);
     assert!(
-        status["fingerprint"]
+        status["agent_fingerprint"]
             .as_str()
             .unwrap()
             .starts_with("sha256:")
     );
-    assert!(status["finished_at_ms"].as_u64().is_some());
+    assert!(status["started_at"].as_u64().is_some());
+    assert!(status["finished_at"].as_u64().is_some());
+    assert!(status["input_tokens"].as_u64().is_some());
+    assert_eq!(status["reason"], "completed");
+    // It parses as the same type `rho attach` and the agents tool read.
+    let typed: rho::runtime::delegation::status::RunStatus =
+        serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
+    assert_eq!(typed.state, rho::runtime::delegation::status::RunState::Ok);
     assert!(!std::fs::read_to_string(&file).unwrap().contains(SECRET));
 }
 
@@ -123,8 +134,15 @@ fn step_budget_exhaustion_exits_124() {
     assert_eq!(last["reason"], "max_steps");
     assert_eq!(server.model_requests().len(), 2, "exactly the budget");
     let status: serde_json::Value = serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
-    assert_eq!(status["status"], "stopped");
+    assert_eq!(status["state"], "stopped");
     assert_eq!(status["reason"], "max_steps");
+    assert!(
+        status["error"]
+            .as_str()
+            .unwrap()
+            .contains("model-step budget of 2")
+    );
+    assert_eq!(status["turns"], 2);
     assert!(
         stderr(&out).contains("model-step budget of 2"),
         "{}",

@@ -4,9 +4,9 @@
 //! Output: `--output text` prints the final answer and a newline on stdout, nothing else;
 //! `--output jsonl` prints one versioned event per line (`run.started`,
 //! `assistant.text_delta`, `assistant.text_reset`, `tool.started`, `tool.finished`, and one
-//! of `run.completed` / `run.failed` / `run.stopped`). `--output-file PATH` keeps a JSON
-//! status file up to date; with text output, stdout then streams progress and ends with
-//! `[subagent run complete]`.
+//! of `run.completed` / `run.failed` / `run.stopped`). `--output-file PATH` keeps the
+//! delegated runs' status document (`result.json`'s contract) up to date; with text output,
+//! stdout then streams progress and ends with `[subagent run complete]`.
 //!
 //! Exit codes: 0 completed; 1 authentication, provider, tool-host or output failure;
 //! 2 invalid invocation or configuration; 124 timeout or step budget; 130 SIGINT;
@@ -31,6 +31,7 @@ use crate::agents::{Catalog, CatalogSources};
 use crate::paths::{self, RhoHome};
 use crate::runtime::agent_loop::{LoopEvent, Session, SessionLimits, TurnEnd};
 use crate::runtime::delegation::manager::DelegationSetup;
+use crate::runtime::delegation::status::{RunRuntime, RunState, RunStatus};
 use crate::runtime::launch::{self, LaunchRequest};
 use crate::runtime::provider::select::process_env;
 use crate::runtime::transcript::Transcript;
@@ -162,6 +163,8 @@ struct Reporter {
     run_id: String,
     failed: Option<std::io::Error>,
     cancel: CancelToken,
+    /// Model requests made so far (the status file's `turns`).
+    steps: u32,
 }
 
 impl Reporter {
@@ -228,20 +231,32 @@ impl Reporter {
                     self.write(format!("[tool] {name} failed\n").as_bytes());
                 }
             }
-            LoopEvent::StepStarted { .. } | LoopEvent::ReasoningDelta { .. } => {}
+            LoopEvent::StepStarted { .. } => self.steps += 1,
+            LoopEvent::ReasoningDelta { .. } => {}
         }
     }
 }
 
-/// The `--output-file` status document, rewritten atomically on every change.
+/// The `--output-file` status document: the delegated runs' `result.json` contract
+/// ([`RunStatus`]: `state`, `agent_id`, `agent_fingerprint`, tokens, `result`, `error`, ...)
+/// with our additions beside it (`session_id`, `transcript`, `reason`), rewritten atomically
+/// on every change.
 struct StatusFile {
     path: PathBuf,
-    doc: Value,
+    status: RunStatus,
+    extra: serde_json::Map<String, Value>,
 }
 
 impl StatusFile {
     fn write(&self) -> Result<(), CliError> {
-        let text = serde_json::to_vec_pretty(&self.doc)
+        let mut doc = serde_json::to_value(&self.status)
+            .map_err(|e| CliError::operational(format!("cannot encode the status file: {e}")))?;
+        if let Value::Object(map) = &mut doc {
+            for (key, value) in &self.extra {
+                map.insert(key.clone(), value.clone());
+            }
+        }
+        let text = serde_json::to_vec_pretty(&doc)
             .map_err(|e| CliError::operational(format!("cannot encode the status file: {e}")))?;
         let tmp = self.path.with_extension("json.tmp");
         let written = std::fs::write(&tmp, &text).and_then(|()| std::fs::rename(&tmp, &self.path));
@@ -252,12 +267,6 @@ impl StatusFile {
             ))
         })
     }
-}
-
-fn now_rfc3339ish() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
 /// Which signal stopped the run, if any (0: none, else the signal number).
@@ -357,6 +366,8 @@ pub fn run_run(args: &RunArgs, session_args: &SessionArgs) -> CliResult {
         ..SessionLimits::default()
     };
     let model_label = prepared.client.choice().label();
+    let choice_provider = prepared.client.choice().endpoint.provider.clone();
+    let choice_model = prepared.client.choice().model.clone();
     let meta = json!({
         "invocation": "run",
         "agent_id": prepared.bound.id,
@@ -375,24 +386,23 @@ pub fn run_run(args: &RunArgs, session_args: &SessionArgs) -> CliResult {
     )
     .map_err(|e| CliError::operational(format!("cannot write the session transcript: {e}")))?;
 
-    let mut status = args.output_file.as_ref().map(|path| StatusFile {
-        path: path.clone(),
-        doc: json!({
-            "schema_version": 1,
-            "id": session_id,
-            "status": "running",
-            "agent_id": prepared.bound.id,
-            "runtime": "rho",
-            "fingerprint": prepared.bound.fingerprint,
-            "model": model_label,
-            "started_at_ms": now_rfc3339ish(),
-            "finished_at_ms": null,
-            "usage": null,
-            "result": null,
-            "reason": null,
-            "error": null,
-            "transcript": session.transcript_path(),
-        }),
+    let mut status = args.output_file.as_ref().map(|path| {
+        let mut status = RunStatus::starting(
+            &prepared.bound.id,
+            Some(&prepared.bound.fingerprint),
+            RunRuntime::Rho,
+        );
+        status.provider = Some(choice_provider.clone());
+        status.model = Some(choice_model.clone());
+        status.transition(RunState::Running);
+        let mut extra = serde_json::Map::new();
+        extra.insert("session_id".into(), json!(session_id));
+        extra.insert("transcript".into(), json!(session.transcript_path()));
+        StatusFile {
+            path: path.clone(),
+            status,
+            extra,
+        }
     });
     if let Some(status) = &status {
         status.write()?;
@@ -405,6 +415,7 @@ pub fn run_run(args: &RunArgs, session_args: &SessionArgs) -> CliResult {
         run_id: session_id.clone(),
         failed: None,
         cancel: cancel.clone(),
+        steps: 0,
     };
     reporter.event(
         "run.started",
@@ -482,16 +493,25 @@ fn finish(
         TurnEnd::Completed { text } => Some(text.clone()),
         _ => None,
     };
-    if let Some(status) = status {
-        status.doc["status"] = json!(state);
-        status.doc["finished_at_ms"] = json!(now_rfc3339ish());
-        status.doc["usage"] = json!(usage);
-        status.doc["result"] = json!(text);
-        status.doc["reason"] = json!(reason);
+    if let Some(file) = status {
+        let status = &mut file.status;
+        status.turns = u64::from(reporter.steps);
+        status.input_tokens = Some(usage.input_tokens);
+        status.output_tokens = Some(usage.output_tokens);
+        status.cache_read_input_tokens = Some(usage.cache_read_tokens);
+        status.cache_creation_input_tokens = Some(usage.cache_write_tokens);
+        status.result.clone_from(&text);
+        status.last_text.clone_from(&text);
         if state != "completed" {
-            status.doc["error"] = json!(message);
+            status.error = Some(message.clone());
         }
-        status.write()?;
+        status.transition(match state {
+            "completed" => RunState::Ok,
+            "stopped" => RunState::Stopped,
+            _ => RunState::Error,
+        });
+        file.extra.insert("reason".into(), json!(reason));
+        file.write()?;
     }
     match state {
         "completed" => reporter.event(
