@@ -435,6 +435,8 @@ fn root_options_work_before_the_subcommand() {
 
     // Every Rho root option parses in root position.
     let run = env.rho(&[
+        "--auth",
+        "anthropic-api-key",
         "--provider",
         "anthropic",
         "--model",

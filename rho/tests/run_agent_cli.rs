@@ -285,3 +285,40 @@ fn sigint_during_a_slow_stream_exits_130() {
     assert_eq!(last["type"], "run.stopped");
     assert_eq!(last["reason"], "interrupted");
 }
+
+#[test]
+fn root_auth_overrides_the_configured_auth_for_one_invocation() {
+    // Rho 1.47's `rho --auth PROFILE ...`: `none` sends no key to the custom host even though
+    // RHO_LOCAL_API_KEY is set; without it the key is sent.
+    let server = ModelServer::start([Reply::text("with key"), Reply::text("without key")]);
+    let env = AgentEnv::new(&server);
+    let out = env.run(&["run", "hi"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let out = env.run(&["--auth", "none", "run", "hi"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(stdout(&out), "without key\n");
+    let requests = server.model_requests();
+    let bearer = format!("Bearer {SECRET}");
+    assert_eq!(requests[0].header("authorization"), Some(bearer.as_str()));
+    assert_eq!(requests[1].header("authorization"), None);
+
+    // A profile the selected provider does not have is refused, naming the option; an
+    // unknown profile is a usage error. Nothing reaches the model.
+    for (args, needle) in [
+        (
+            vec!["--auth", "anthropic-api-key", "run", "hi"],
+            "local-api-key",
+        ),
+        (vec!["run", "--auth", "magic", "hi"], "--auth"),
+    ] {
+        let out = env.run(&args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", stderr(&out));
+        assert!(stderr(&out).contains(needle), "{args:?}: {}", stderr(&out));
+        assert!(
+            stderr(&out).contains("--auth"),
+            "{args:?}: {}",
+            stderr(&out)
+        );
+    }
+    assert_eq!(server.model_requests().len(), 2);
+}
