@@ -671,8 +671,9 @@ fn end_of_run_table_and_live_view_on_a_terminal() {
         "wf.star",
         &workflow(&[
             node("build", "", r#"["sh", "-c", "echo built"]"#),
+            // Sorts before the node it needs: the table still lists it after `build`.
             node(
-                "slow",
+                "after",
                 ", needs = [\"build\"]",
                 r#"["sh", "-c", "echo live-progress-marker; sleep 2; echo done"]"#,
             ),
@@ -702,6 +703,16 @@ fn end_of_run_table_and_live_view_on_a_terminal() {
     assert_eq!(&row("lint")[..4], ["✗", "lint", "failure", "#1"]);
     assert_eq!(&row("never")[..4], ["–", "never", "blocked", "-"]);
     assert!(row("build")[4].ends_with('s'), "a duration: {shown}");
+    let rows: Vec<&str> = shown
+        .lines()
+        .filter(|l| l.starts_with(['✓', '✗', '–']))
+        .filter_map(|l| l.split_whitespace().nth(1))
+        .collect();
+    assert_eq!(
+        rows,
+        ["build", "after", "lint", "never"],
+        "needs first: {shown}"
+    );
     let artifact = shown
         .lines()
         .find(|l| l.starts_with("  build: nodes/build/attempts/1/stdout"))
@@ -723,7 +734,7 @@ fn end_of_run_table_and_live_view_on_a_terminal() {
     assert!(full.starts_with(digest) && full.len() == 71, "{full}");
 
     let term = Terminal::spawn(env.command(&["workflow", "run", "wf.star", "--yes"]), 160);
-    let at = term.wait_for(0, "running: slow · slow: live-progress-marker");
+    let at = term.wait_for(0, "running: after · after: live-progress-marker");
     term.wait_for(at, "outcome success");
     let (status, all) = term.finish();
     assert_eq!(status.code(), Some(0), "{all}");

@@ -24,6 +24,30 @@ fn escape(text: &str) -> String {
 /// The longest prompt or shell source shown inline (characters).
 const INLINE_TEXT: usize = 600;
 
+/// The root nodes in the order a reader follows them: every node after the nodes it needs,
+/// otherwise in the program's order, which is by id (a stable topological order; a node on
+/// a cycle, which planning refuses, comes last rather than being lost).
+pub fn node_order(program: &FrozenProgram) -> Vec<String> {
+    let nodes = &program.root.nodes;
+    let mut placed: std::collections::BTreeSet<&str> = std::collections::BTreeSet::new();
+    let mut order: Vec<String> = Vec::with_capacity(nodes.len());
+    while order.len() < nodes.len() {
+        let next = nodes.iter().find(|n| {
+            !placed.contains(n.id.as_str())
+                && n.needs
+                    .iter()
+                    .all(|need| placed.contains(need.as_str()) || need == &n.id)
+        });
+        let Some(node) = next.or_else(|| nodes.iter().find(|n| !placed.contains(n.id.as_str())))
+        else {
+            break;
+        };
+        placed.insert(&node.id);
+        order.push(node.id.clone());
+    }
+    order
+}
+
 /// `sha256:0123456789ab`: the algorithm and the first 12 hex digits.
 pub fn short_digest(digest: &str) -> &str {
     let cut = digest.find(':').map_or(12, |i| i + 13);
@@ -386,5 +410,24 @@ mod tests {
         assert_eq!(quote("cargo"), "cargo");
         assert_eq!(quote("a b"), "\"a b\"");
         assert_eq!(quote("\u{1b}[2J"), "\"\\u{1b}[2J\"");
+    }
+
+    #[test]
+    fn nodes_are_ordered_after_their_needs_then_as_written() {
+        use crate::workflow::scheduler::tests::{command_node, program};
+        // Frozen programs hold their nodes sorted by id.
+        let mut program = program(
+            vec![
+                command_node("report", &["test", "lint"]),
+                command_node("lint", &[]),
+                command_node("test", &["build"]),
+                command_node("build", &[]),
+            ],
+            rho_ipc::program::SchedulerSettings::default(),
+        );
+        assert_eq!(node_order(&program), ["build", "lint", "test", "report"]);
+        // A cycle (refused when planning) loses no node.
+        program.root.nodes[0].needs = vec!["report".to_owned()];
+        assert_eq!(node_order(&program).len(), 4);
     }
 }

@@ -93,8 +93,7 @@ pub fn run_resume(args: &ResumeArgs) -> CliResult {
         .map(|plan| crate::workflow::plan::recorded_sandbox_warnings(&plan.sandbox))
         .unwrap_or_default();
     super::warn(&warnings);
-    let mut sink =
-        Progress::new(output, mode, source, program.root.nodes.len()).with_warnings(warnings);
+    let mut sink = Progress::new(output, mode, source, &program).with_warnings(warnings);
     let result = runner::resume(
         &run_ctx,
         &id,

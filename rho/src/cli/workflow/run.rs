@@ -123,7 +123,7 @@ pub fn run_run(args: &RunArgs) -> CliResult {
         output,
         selection.mode,
         selection.source.to_string(),
-        plan.program.root.nodes.len(),
+        &plan.program,
     )
     .with_warnings(warnings);
     let result = runner::start(&run_ctx, &plan, confirmation, &mut sink);
@@ -277,6 +277,8 @@ pub struct Progress {
     mode: PermissionMode,
     mode_source: String,
     total: usize,
+    /// The nodes in reading order (needs first), for the end-of-run table.
+    order: Vec<String>,
     started: Instant,
     last_draw: Option<Instant>,
     warnings: Vec<String>,
@@ -300,7 +302,7 @@ impl Progress {
         format: ProgressOutput,
         mode: PermissionMode,
         mode_source: String,
-        total: usize,
+        program: &rho_ipc::program::FrozenProgram,
     ) -> Self {
         Progress {
             format,
@@ -310,7 +312,8 @@ impl Progress {
             run_dir: None,
             mode,
             mode_source,
-            total,
+            total: program.root.nodes.len(),
+            order: describe::node_order(program),
             started: Instant::now(),
             last_draw: None,
             warnings: Vec::new(),
@@ -544,8 +547,12 @@ impl Progress {
             }
             ProgressOutput::Text => {
                 self.clear_live();
-                let mut text =
-                    summary_table(state, self.run_dir.as_deref(), terminal::stdout_colour());
+                let mut text = summary_table(
+                    state,
+                    &self.order,
+                    self.run_dir.as_deref(),
+                    terminal::stdout_colour(),
+                );
                 if let Some(result) = &state.root().result {
                     for (name, e) in &result.exports {
                         match &e.note {
@@ -779,12 +786,24 @@ fn duration_text(attempt: &crate::workflow::state::Attempt) -> String {
 /// The end-of-run table: one row per node (mark, state, attempt, duration, reason), then the
 /// artifacts as run-relative paths with sizes and short digests (`status --output json` and
 /// the `completed` event carry the full ones).
-pub fn summary_table(state: &State, run_dir: Option<&std::path::Path>, colour: bool) -> String {
+pub fn summary_table(
+    state: &State,
+    order: &[String],
+    run_dir: Option<&std::path::Path>,
+    colour: bool,
+) -> String {
     use std::fmt::Write as _;
-    let tasks = &state.root().tasks;
+    // Rows follow `order` (needs first); a task it does not name still gets a row, last.
+    let by_id = &state.root().tasks;
+    let tasks: Vec<(&String, &crate::workflow::state::Task)> = order
+        .iter()
+        .filter_map(|id| by_id.get_key_value(id))
+        .chain(by_id.iter().filter(|(id, _)| !order.contains(id)))
+        .collect();
+    let tasks = &tasks;
     let width = tasks
-        .keys()
-        .map(|k| k.chars().count())
+        .iter()
+        .map(|(k, _)| k.chars().count())
         .max()
         .unwrap_or(4)
         .max(4);
