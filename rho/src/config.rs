@@ -144,6 +144,15 @@ pub struct CustomProvider {
 /// The first-party providers rho knows without configuration.
 pub const BUILTIN_PROVIDERS: [&str; 2] = ["openai", "anthropic"];
 
+/// The auth profiles `[model] auth` (and the root `--auth`) may name for `provider`.
+pub fn auth_profiles_for(provider: &str) -> Vec<String> {
+    match provider {
+        "openai" => vec!["api-key".to_owned()],
+        "anthropic" => vec!["anthropic-api-key".to_owned()],
+        custom => vec!["none".to_owned(), format!("{custom}-api-key")],
+    }
+}
+
 /// The environment variable holding a custom host's key: `RHO_<NAME>_API_KEY`, the name
 /// upper-cased with hyphens turned into underscores.
 pub fn custom_key_variable(name: &str) -> String {
@@ -601,12 +610,12 @@ impl Config {
             ));
         }
         if let Some(auth) = &model.model.auth {
-            let allowed = match model.model.provider.as_deref() {
-                Some("openai") => vec!["api-key".to_owned()],
-                Some("anthropic") => vec!["anthropic-api-key".to_owned()],
-                Some(custom) => vec!["none".to_owned(), format!("{custom}-api-key")],
-                None => Vec::new(),
-            };
+            let allowed = model
+                .model
+                .provider
+                .as_deref()
+                .map(auth_profiles_for)
+                .unwrap_or_default();
             if !allowed.contains(auth) {
                 return Err(bad(
                     "model.auth".into(),

@@ -117,11 +117,7 @@ fn apply_auth(config: &mut Config, auth: &str, provider: Option<&str>) -> Result
             "`{auth}` needs a provider: pass --provider or set [model] provider"
         )));
     };
-    let allowed = match provider.as_str() {
-        "openai" => vec!["api-key".to_owned()],
-        "anthropic" => vec!["anthropic-api-key".to_owned()],
-        custom => vec!["none".to_owned(), format!("{custom}-api-key")],
-    };
+    let allowed = crate::config::auth_profiles_for(&provider);
     if !allowed.iter().any(|a| a == auth) {
         return Err(bad(format!(
             "`{auth}` is not an auth profile of provider `{provider}`; allowed: {}",
