@@ -334,6 +334,12 @@ pub enum SandboxProbe {
     },
     /// `fork()`.
     Fork,
+    /// `kill(pid, 0)`: a signal probe to a process outside the sandbox (the host). Seccomp
+    /// and Landlock's signal scope each refuse it.
+    Signal {
+        /// The target process.
+        pid: i32,
+    },
     /// Report the environment size and the open descriptors above 2.
     Inspect,
 }
@@ -352,6 +358,10 @@ pub struct ProbeResult {
     pub environment_len: Option<u64>,
     /// Open descriptors above 2 (for `Inspect`).
     pub open_fds_above_2: Vec<i32>,
+    /// The parent-death signal read back with `prctl(PR_GET_PDEATHSIG)` (for `Inspect`);
+    /// `None` when the call is refused (seccomp forbids `prctl`).
+    #[serde(default)]
+    pub parent_death_signal: Option<i32>,
 }
 
 #[cfg(test)]

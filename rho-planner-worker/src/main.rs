@@ -50,7 +50,9 @@ fn main() -> ExitCode {
         complain!("rho-planner-worker: refusing to evaluate: {reason}");
         return ExitCode::from(EXIT_REFUSED);
     }
-    match session::serve(std::io::stdin().lock(), stdout) {
+    // A worker with a protection left out answers probes only.
+    let probes_only = args.options.omit.is_some();
+    match session::serve(std::io::stdin().lock(), stdout, probes_only) {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
             complain!("rho-planner-worker: {}", error_chain(&error));

@@ -80,9 +80,21 @@ fn send_answer<W: Write>(
     Ok(())
 }
 
-/// Serves one conversation: reads the first host message and answers it.
-pub fn serve<R: Read, W: Write>(mut input: R, mut output: W) -> Result<(), SessionError> {
+/// Serves one conversation: reads the first host message and answers it. With
+/// `probes_only` (a worker started with a protection left out for `rho doctor`) a plan
+/// request is refused unread.
+pub fn serve<R: Read, W: Write>(
+    mut input: R,
+    mut output: W,
+    probes_only: bool,
+) -> Result<(), SessionError> {
     match read_host(&mut input)? {
+        other @ HostMessage::Plan(_) if probes_only => {
+            return Err(SessionError::Unexpected {
+                expected: "probe (this worker left a protection out)",
+                got: kind(&other),
+            });
+        }
         HostMessage::Probe(probe) => {
             let result = crate::sandbox::probe::run(&probe);
             write_message(

@@ -424,3 +424,44 @@ fn plan_is_evaluated_on_a_thread_inside_the_sandbox() {
     let status = worker.child.wait().expect("wait for the worker");
     assert!(status.success(), "{status}");
 }
+
+/// A worker with a protection left out (for `rho doctor`) reports it missing and answers
+/// probes, but never evaluates a workflow.
+#[test]
+fn a_worker_with_a_protection_left_out_never_plans() {
+    if !landlock_available("a_worker_with_a_protection_left_out_never_plans") {
+        return;
+    }
+    let worker = Worker::start(&["--sandbox=best-effort", "--omit=seccomp"], &[]);
+    assert_eq!(worker.report.missing(), vec!["seccomp"]);
+    assert!(
+        worker
+            .protection("seccomp")
+            .detail
+            .contains("left out on request"),
+        "{:?}",
+        worker.report
+    );
+    let mut worker = worker;
+    let mut stdin = worker.stdin.take().expect("stdin is piped");
+    let request = PlanRequest {
+        entry_label: "//w.star".to_owned(),
+        entry_source: "WORKFLOW = 1\n".to_owned(),
+        inputs: std::collections::BTreeMap::new(),
+        budgets: rho_ipc::budget::Budgets::default(),
+    };
+    write_message(&mut stdin, &Envelope::new(HostMessage::Plan(request))).expect("send plan");
+    drop(stdin);
+    let status = worker.child.wait().expect("wait");
+    assert_eq!(status.code(), Some(1));
+    assert!(read_message::<_, Envelope<WorkerMessage>>(&mut worker.stdout).is_err());
+
+    // Landlock alone refuses a signal to a process outside the sandbox (its signal scope).
+    let worker = Worker::start(&["--sandbox=best-effort", "--omit=seccomp"], &[]);
+    let parent = i32::try_from(std::process::id()).unwrap();
+    let (result, _) = worker.probe(SandboxProbe::Signal { pid: parent });
+    assert_denied(&result, &[libc::EPERM]);
+    let worker = Worker::start(&["--sandbox=best-effort", "--omit=seccomp"], &[]);
+    let (result, _) = worker.probe(SandboxProbe::Inspect);
+    assert_eq!(result.parent_death_signal, Some(libc::SIGKILL));
+}

@@ -8,6 +8,7 @@ pub mod cli;
 pub mod config;
 pub mod confinement;
 pub mod containment;
+pub mod health;
 pub mod interactive;
 pub mod mcp;
 pub mod paths;

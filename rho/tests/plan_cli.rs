@@ -940,3 +940,182 @@ fn a_signal_stops_planning_at_once_and_kills_the_worker() {
     }
     assert!(env.plan_dirs().is_empty(), "an interrupted plan was stored");
 }
+
+#[test]
+fn doctor_proves_landlock_and_seccomp_each_on_its_own() {
+    let env = Env::new();
+    let run = env.rho(&["doctor", "--output", "json"]);
+    let doc: serde_json::Value =
+        serde_json::from_str(&run.stdout).unwrap_or_else(|e| panic!("{e}: {}", run.stdout));
+    if doc["healthy"] != true {
+        assert_eq!(run.code, 1, "{}", run.stdout);
+        rho_e2e::skip_or_fail(
+            "doctor_proves_landlock_and_seccomp_each_on_its_own",
+            &format!("this kernel lacks a protection: {}", run.stdout),
+        );
+        return;
+    }
+    assert_eq!(run.code, 0, "{}", run.stdout);
+    let proofs = doc["proofs"].as_array().unwrap();
+    let detail = |name: &str| -> String {
+        let proof = proofs
+            .iter()
+            .find(|p| p["name"] == name)
+            .unwrap_or_else(|| panic!("no proof {name}: {proofs:?}"));
+        assert_eq!(proof["status"], "ok", "{proof}");
+        proof["detail"].as_str().unwrap().to_owned()
+    };
+    // Only Landlock could refuse these: its errno, not seccomp's.
+    for what in ["open /etc/passwd", "execve /bin/true"] {
+        let d = detail(&format!(
+            "Landlock alone (seccomp left out): {what} refused"
+        ));
+        assert!(d.contains("Permission denied (13) by landlock"), "{d}");
+    }
+    let d = detail("Landlock alone (seccomp left out): signal the host refused");
+    assert!(d.contains("(1) by landlock"), "{d}");
+    for what in [
+        "open /etc/passwd",
+        "open a TCP socket",
+        "execve /bin/true",
+        "fork a process",
+    ] {
+        let d = detail(&format!(
+            "seccomp alone (Landlock left out): {what} refused"
+        ));
+        assert!(d.contains("Operation not permitted (1) by seccomp"), "{d}");
+    }
+    assert_eq!(detail("no_new_privs read back"), "NoNewPrivs: 1");
+    assert!(detail("seccomp filter read back").starts_with("Seccomp: 2"));
+    assert_eq!(
+        detail("capabilities read back"),
+        "every capability set is empty"
+    );
+    assert!(detail("rlimits read back").contains("Max address space 1073741824"));
+    assert_eq!(
+        detail("parent_death_signal read back"),
+        "PR_GET_PDEATHSIG answers SIGKILL"
+    );
+    assert_eq!(
+        detail("empty_environment read back"),
+        "0 environment variables"
+    );
+    // Setup checks are there, and no key value is ever printed.
+    let checks = doc["checks"].as_array().unwrap();
+    for area in ["data_directory", "config", "provider", "claude"] {
+        assert!(
+            checks.iter().any(|c| c["area"] == area),
+            "{area}: {checks:?}"
+        );
+    }
+}
+
+#[test]
+fn doctor_fails_on_a_missing_protection_and_says_what_to_fix() {
+    use rho_ipc::message::{ProbeResult, SandboxMode, SandboxProbe, WorkerMessage};
+    let mut env = Env::new();
+    // A worker without Landlock whose probes all come back refused.
+    let fake = scripted_worker(
+        &env,
+        &[
+            WorkerMessage::Hardening(report(SandboxMode::BestEffort, None)),
+            WorkerMessage::ProbeResult(ProbeResult {
+                probe: SandboxProbe::Fork,
+                succeeded: false,
+                errno: Some(1),
+                environment_len: Some(0),
+                open_fds_above_2: Vec::new(),
+                parent_death_signal: Some(9),
+            }),
+        ],
+    );
+    env.vars
+        .push(("RHO_PLANNER_WORKER".to_owned(), fake.display().to_string()));
+    let run = env.rho(&["doctor"]);
+    assert_eq!(run.code, 1, "{}", run.stdout);
+    assert!(
+        run.stdout.contains("  landlock             MISSING"),
+        "{}",
+        run.stdout
+    );
+    assert!(
+        run.stdout
+            .contains("FAILED   landlock applied: MISSING: kernel lacks it"),
+        "{}",
+        run.stdout
+    );
+    assert!(
+        run.stdout
+            .contains("fix: run on a Linux kernel with Landlock"),
+        "{}",
+        run.stdout
+    );
+    assert!(run.stdout.contains("\nproblem: "), "{}", run.stdout);
+    let run = env.rho(&["doctor", "--json"]);
+    assert_eq!(run.code, 1);
+    let doc: serde_json::Value = serde_json::from_str(&run.stdout).unwrap();
+    assert_eq!(doc["healthy"], false);
+}
+
+#[test]
+fn doctor_checks_config_data_directory_and_provider_keys_without_printing_them() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let mut env = Env::new();
+    std::fs::create_dir_all(&env.home).unwrap();
+    std::fs::set_permissions(&env.home, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::write(
+        env.home.join("config.toml"),
+        "[model]\nprovider = \"anthropic\"\n",
+    )
+    .unwrap();
+    env.vars.push((
+        "OPENAI_API_KEY".to_owned(),
+        "sk-very-secret-1234".to_owned(),
+    ));
+    let run = env.rho(&["doctor", "--output", "json"]);
+    assert_eq!(run.code, 1, "{}", run.stdout);
+    assert!(!run.stdout.contains("sk-very-secret"), "{}", run.stdout);
+    let doc: serde_json::Value = serde_json::from_str(&run.stdout).unwrap();
+    let checks = doc["checks"].as_array().unwrap();
+    let find = |area: &str, name: &str| {
+        checks
+            .iter()
+            .find(|c| c["area"] == area && c["name"].as_str().unwrap().contains(name))
+            .unwrap_or_else(|| panic!("{area} {name}: {checks:?}"))
+            .clone()
+    };
+    let dir = find("data_directory", "");
+    assert_eq!(dir["status"], "failed", "{dir}");
+    assert!(
+        dir["fix"].as_str().unwrap().starts_with("chmod 700 "),
+        "{dir}"
+    );
+    let anthropic = find("provider", "anthropic");
+    assert_eq!(anthropic["status"], "failed", "{anthropic}");
+    assert!(
+        anthropic["detail"]
+            .as_str()
+            .unwrap()
+            .contains("ANTHROPIC_API_KEY is not set"),
+        "{anthropic}"
+    );
+    assert_eq!(
+        find("provider", "openai")["detail"],
+        "OPENAI_API_KEY is set"
+    );
+
+    // A configuration that does not parse names its file and line.
+    std::fs::set_permissions(&env.home, std::fs::Permissions::from_mode(0o700)).unwrap();
+    std::fs::write(env.home.join("config.toml"), "[model\n").unwrap();
+    let run = env.rho(&["doctor"]);
+    assert_eq!(run.code, 1, "{}", run.stdout);
+    assert!(
+        run.stdout.contains(&format!(
+            "FAILED   {}: {}:1:",
+            env.home.join("config.toml").display(),
+            env.home.join("config.toml").display()
+        )),
+        "{}",
+        run.stdout
+    );
+}

@@ -124,6 +124,29 @@ pub struct HardeningOptions {
     /// The host's process id (`--parent-pid`); when given, the parent-death check compares
     /// against it, which also catches a parent that died before the worker's `main` ran.
     pub parent_pid: Option<i32>,
+    /// A layered protection left out on purpose (`--omit=landlock|seccomp`), so that `rho
+    /// doctor` can prove the other one refuses on its own. Such a worker answers probes
+    /// only: it never evaluates a workflow.
+    pub omit: Option<Omitted>,
+}
+
+/// A protection `rho doctor` may leave out of a probe-only worker.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Omitted {
+    /// No Landlock ruleset: only seccomp stands between a probe and the kernel.
+    Landlock,
+    /// No seccomp filter: only Landlock stands between a probe and the kernel.
+    Seccomp,
+}
+
+impl Omitted {
+    /// The protection's stable name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Omitted::Landlock => "landlock",
+            Omitted::Seccomp => "seccomp",
+        }
+    }
 }
 
 impl Default for HardeningOptions {
@@ -134,6 +157,7 @@ impl Default for HardeningOptions {
             cpu_seconds: budgets.planner_wall_ms.div_ceil(1000) + CPU_MARGIN_SECONDS,
             required_landlock_abi: None,
             parent_pid: None,
+            omit: None,
         }
     }
 }
@@ -173,6 +197,7 @@ where
                 | "--cpu-seconds"
                 | "--require-landlock-abi"
                 | "--parent-pid"
+                | "--omit"
         );
         if !known {
             return Err(usage(&arg, "unknown argument"));
@@ -197,6 +222,13 @@ where
                 parsed.options.address_space_bytes = positive(&arg, &value)?;
             }
             "--cpu-seconds" => parsed.options.cpu_seconds = positive(&arg, &value)?,
+            "--omit" => {
+                parsed.options.omit = Some(match value.as_str() {
+                    "landlock" => Omitted::Landlock,
+                    "seccomp" => Omitted::Seccomp,
+                    _ => return Err(usage(&arg, "expected `landlock` or `seccomp`")),
+                });
+            }
             "--require-landlock-abi" => {
                 let abi = positive(&arg, &value)?;
                 let abi = u32::try_from(abi).map_err(|_| usage(&arg, "ABI out of range"))?;
@@ -254,7 +286,9 @@ pub fn harden(mode: SandboxMode, options: &HardeningOptions) -> HardeningReport 
     protections.push(status("no_new_privs", privileges::set_no_new_privs()));
     protections.push(status("capabilities", privileges::drop_capabilities()));
 
-    let landlock = if single_threaded {
+    let landlock = if options.omit == Some(Omitted::Landlock) {
+        Err(omitted(Omitted::Landlock))
+    } else if single_threaded {
         landlock::enforce(options.required_landlock_abi)
     } else {
         Err(more_threads("landlock", &threads))
@@ -264,7 +298,9 @@ pub fn harden(mode: SandboxMode, options: &HardeningOptions) -> HardeningReport 
     }
     protections.push(status("landlock", landlock));
 
-    let seccomp = if single_threaded {
+    let seccomp = if options.omit == Some(Omitted::Seccomp) {
+        Err(omitted(Omitted::Seccomp))
+    } else if single_threaded {
         seccomp::install()
     } else {
         Err(more_threads("seccomp", &threads))
@@ -318,6 +354,13 @@ fn status(name: &str, result: Result<String, SandboxError>) -> ProtectionStatus 
             applied: false,
             detail: error.chain(),
         },
+    }
+}
+
+fn omitted(which: Omitted) -> SandboxError {
+    SandboxError::NotInForce {
+        protection: which.name(),
+        observed: "left out on request (--omit): this worker answers probes only".to_owned(),
     }
 }
 
@@ -402,6 +445,7 @@ mod tests {
             "--address-space-bytes",
             "2048",
             "--parent-pid=42",
+            "--omit=seccomp",
         ]))
         .unwrap();
         assert_eq!(parsed.mode, SandboxMode::BestEffort);
@@ -409,6 +453,7 @@ mod tests {
         assert_eq!(parsed.options.cpu_seconds, 3);
         assert_eq!(parsed.options.address_space_bytes, 2048);
         assert_eq!(parsed.options.parent_pid, Some(42));
+        assert_eq!(parsed.options.omit, Some(Omitted::Seccomp));
     }
 
     #[test]
@@ -419,6 +464,7 @@ mod tests {
             &["--cpu-seconds=x"],
             &["--require-landlock-abi"],
             &["--verbose"],
+            &["--omit=rlimits"],
         ] {
             let error = parse_args(args(bad)).unwrap_err();
             assert!(

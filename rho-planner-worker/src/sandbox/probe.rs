@@ -20,15 +20,18 @@ pub fn run(probe: &SandboxProbe) -> ProbeResult {
         errno: None,
         environment_len: None,
         open_fds_above_2: Vec::new(),
+        parent_death_signal: None,
     };
     let outcome = match probe {
         SandboxProbe::Open { path } => open(path),
         SandboxProbe::Socket => socket(),
         SandboxProbe::Execve { path } => execve(path),
         SandboxProbe::Fork => fork(),
+        SandboxProbe::Signal { pid } => signal(*pid),
         SandboxProbe::Inspect => {
             result.environment_len = Some(std::env::vars_os().count() as u64);
             result.open_fds_above_2 = fds::open_above_stderr();
+            result.parent_death_signal = parent_death_signal();
             result.succeeded = true;
             return result;
         }
@@ -79,6 +82,23 @@ fn execve(path: &str) -> Result<(), i32> {
     // the process image is replaced (the host then sees no probe answer: a gap it reports).
     unsafe { libc::execve(path.as_ptr(), argv.as_ptr(), envp.as_ptr()) };
     Err(last_errno())
+}
+
+fn signal(pid: i32) -> Result<(), i32> {
+    // SAFETY: kill takes integers only; signal 0 checks permission and delivers nothing.
+    if unsafe { libc::kill(pid, 0) } == 0 {
+        Ok(())
+    } else {
+        Err(last_errno())
+    }
+}
+
+fn parent_death_signal() -> Option<i32> {
+    let mut signal: libc::c_int = 0;
+    // SAFETY: PR_GET_PDEATHSIG writes one c_int through the pointer, which points to a live
+    // local.
+    let rc = unsafe { libc::prctl(libc::PR_GET_PDEATHSIG, &raw mut signal, 0, 0, 0) };
+    (rc == 0).then_some(signal)
 }
 
 fn fork() -> Result<(), i32> {

@@ -687,13 +687,29 @@ fn evaluate(
     }
 }
 
-/// Runs one sandbox probe in a fresh worker (for `rho doctor`): the hardening report and the
-/// probe's result.
+/// What one probe worker showed `rho doctor`: its hardening report, its `/proc` status and
+/// limits read from outside right after the report, and the probe's result.
+#[derive(Debug, Clone)]
+pub struct ProbeOutcome {
+    /// The worker's hardening report.
+    pub hardening: HardeningReport,
+    /// `/proc/<pid>/status` of the hardened worker (`None` if it could not be read).
+    pub proc_status: Option<String>,
+    /// `/proc/<pid>/limits` of the hardened worker.
+    pub proc_limits: Option<String>,
+    /// The probe's result.
+    pub result: rho_ipc::message::ProbeResult,
+}
+
+/// Runs one sandbox probe in a fresh worker (for `rho doctor`).
 pub fn probe(
     command: &WorkerCommand,
     probe: rho_ipc::message::SandboxProbe,
-) -> Result<(HardeningReport, rho_ipc::message::ProbeResult), WorkerError> {
+) -> Result<ProbeOutcome, WorkerError> {
     let (mut conversation, hardening) = Conversation::start(command)?;
+    // The worker waits for its request: it is hardened and alive now.
+    let proc_status = conversation.proc_file("status");
+    let proc_limits = conversation.proc_file("limits");
     conversation.send(HostMessage::Probe(probe))?;
     let result = match conversation.receive()? {
         WorkerMessage::ProbeResult(result) => result,
@@ -708,7 +724,12 @@ pub fn probe(
         }
     };
     conversation.shutdown();
-    Ok((hardening, result))
+    Ok(ProbeOutcome {
+        hardening,
+        proc_status,
+        proc_limits,
+        result,
+    })
 }
 
 #[cfg(test)]

@@ -154,10 +154,14 @@ pub struct WorkerCommand {
     pub wall_ms: u64,
     /// `RLIMIT_AS` for the worker.
     pub address_space_bytes: u64,
+    /// A layered protection to leave out (`landlock` or `seccomp`), for `rho doctor`'s
+    /// probes that prove the other one on its own. Such a worker answers probes only and
+    /// reports the protection missing; planning never sets this.
+    pub omit: Option<&'static str>,
 }
 
 /// The worker's `RLIMIT_CPU` soft limit in seconds for a wall-time budget.
-fn cpu_seconds(wall_ms: u64) -> u64 {
+pub fn cpu_seconds(wall_ms: u64) -> u64 {
     wall_ms.div_ceil(1000).max(1) + CPU_MARGIN_SECONDS
 }
 
@@ -193,6 +197,7 @@ impl WorkerCommand {
             mode,
             wall_ms: budgets.planner_wall_ms,
             address_space_bytes: budgets.planner_address_space_bytes,
+            omit: None,
         })
     }
 
@@ -208,6 +213,9 @@ impl WorkerCommand {
         ));
         args.push(format!("--cpu-seconds={}", cpu_seconds(self.wall_ms)));
         args.push(format!("--parent-pid={}", std::process::id()));
+        if let Some(omit) = self.omit {
+            args.push(format!("--omit={omit}"));
+        }
         args
     }
 }
@@ -395,6 +403,17 @@ impl Conversation {
             conversation.shutdown();
             return Err(WorkerError::SandboxRefused { reason, missing });
         }
+        if let Some(omit) = command.omit
+            && report
+                .protections
+                .iter()
+                .any(|p| p.name == omit && p.applied)
+        {
+            conversation.shutdown();
+            return Err(WorkerError::BadReport {
+                problem: format!("`{omit}` was to be left out but is reported applied"),
+            });
+        }
         if command.mode == SandboxMode::Required && !report.missing().is_empty() {
             let missing: Vec<String> = report.missing().into_iter().map(str::to_owned).collect();
             conversation.shutdown();
@@ -404,6 +423,17 @@ impl Conversation {
             });
         }
         Ok((conversation, report))
+    }
+
+    /// The worker's process id (for reading its `/proc` entry while it lives).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// `/proc/<pid>/<name>` of the worker as text, read from outside (the worker itself
+    /// cannot: Landlock and seccomp refuse it every open). `None` once it is gone.
+    pub fn proc_file(&self, name: &str) -> Option<String> {
+        std::fs::read_to_string(format!("/proc/{}/{name}", self.child.id())).ok()
     }
 
     /// Milliseconds since the worker was spawned.
