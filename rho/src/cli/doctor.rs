@@ -56,6 +56,7 @@ fn run_probe(
 struct SandboxFindings {
     report: Option<HardeningReport>,
     probes: Vec<(PlannedProbe, Result<ProbeResult, String>)>,
+    inspect: Option<ProbeResult>,
     checks: Vec<Check>,
 }
 
@@ -96,7 +97,8 @@ fn prove_sandbox(command: &WorkerCommand) -> SandboxFindings {
             proofs::SANDBOX_FIX,
         )),
     }
-    checks.extend(proofs::judge_inspect(&inspect.map(|o| o.result)));
+    let inspect = inspect.map(|o| o.result);
+    checks.extend(proofs::judge_inspect(&inspect));
     // `prctl` is refused by seccomp: ask the worker without it.
     let pdeath = run_probe(command, ProbeWorker::LandlockAlone, SandboxProbe::Inspect);
     checks.push(proofs::judge_parent_death_signal(&pdeath.map(|o| o.result)));
@@ -117,6 +119,7 @@ fn prove_sandbox(command: &WorkerCommand) -> SandboxFindings {
     SandboxFindings {
         report,
         probes,
+        inspect: inspect.ok(),
         checks,
     }
 }
@@ -281,6 +284,8 @@ pub fn run_doctor(args: &DoctorArgs) -> CliResult {
                 Ok(r) => json!({ "probe": p.what, "blocked": !r.succeeded, "errno": r.errno }),
                 Err(e) => json!({ "probe": p.what, "blocked": null, "error": e }),
             }).collect::<Vec<_>>(),
+            "environment_len": sandbox.inspect.as_ref().and_then(|i| i.environment_len),
+            "open_fds_above_2": sandbox.inspect.as_ref().map(|i| i.open_fds_above_2.clone()),
             "proofs": sandbox.checks,
             "checks": setup,
         }))
