@@ -699,3 +699,51 @@ fn owner_death_kills_every_tree() {
         "grandchild {grandchild} outlived its owner"
     );
 }
+
+#[test]
+fn a_confined_manager_cannot_write_outside_its_scratch_directory() {
+    let confinement = match rho::confinement::ScratchConfinement::read_only() {
+        Ok(c) => c,
+        Err(e) => {
+            assert!(
+                std::env::var_os("CI").is_none()
+                    && std::env::var_os("RHO_REQUIRE_SANDBOX").is_none(),
+                "the read-only ruleset is required here: {e}"
+            );
+            eprintln!("SKIPPED: this kernel cannot confine processes read-only: {e}");
+            return;
+        }
+    };
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("kept.txt"), "original\n").unwrap();
+    let scratch = confinement.scratch().to_path_buf();
+    let config = ProcessConfig {
+        workspace_root: dir.path().to_path_buf(),
+        environment: environment(),
+        limits: ProcessLimits::default(),
+        confinement: None,
+    }
+    .confined(confinement);
+    let manager = ProcessManager::new(config).unwrap();
+    let started = manager
+        .start(
+            "cat kept.txt; echo changed > kept.txt; echo new > new.txt; \
+             echo scratch > \"$TMPDIR/s\" && cat \"$TMPDIR/s\"",
+            None,
+        )
+        .unwrap();
+    let (snap, out, err) = run_to_end(&manager, &started.process_id);
+    assert!(out.contains("original"), "reads work: {out}");
+    assert!(out.contains("scratch"), "TMPDIR is writable: {out} {err}");
+    assert!(err.contains("Permission denied"), "{err}");
+    assert_eq!(snap.state, ProcessState::Exited, "{snap:?}");
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("kept.txt")).unwrap(),
+        "original\n"
+    );
+    assert!(!dir.path().join("new.txt").exists());
+    assert!(
+        scratch.join("s").exists(),
+        "written inside the scratch directory"
+    );
+}
