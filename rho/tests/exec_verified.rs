@@ -10,7 +10,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use exec_support::{Workspace, freeze_executable, frozen_sh, read, root_dir, run, run_sh};
-use rho::workflow::exec::{self, CommandExit, VerifyError};
+use rho::workflow::exec::{self, CommandExit, ExpectedDirectories, VerifyError};
 use rho_ipc::program::{FileLocation, FrozenDirectory};
 
 const T: Duration = Duration::from_secs(30);
@@ -261,4 +261,66 @@ fn missing_executable_and_directory_are_reported_by_path() {
     .unwrap_err();
     assert!(err.to_string().contains("working directory nope"), "{err}");
     assert!(!Path::new(&ws.path("ran")).exists());
+}
+
+/// `(device, inode)` of a directory, as planning records it.
+fn identity_of(path: &Path) -> (u64, u64) {
+    use std::os::unix::fs::MetadataExt as _;
+    let meta = std::fs::metadata(path).unwrap();
+    (meta.dev(), meta.ino())
+}
+
+#[test]
+fn another_real_directory_at_the_frozen_cwd_path_is_refused() {
+    let ws = Workspace::new();
+    std::fs::create_dir(ws.path("sub")).unwrap();
+    let cwd = FrozenDirectory {
+        path: "sub".to_owned(),
+    };
+    let expected = ExpectedDirectories {
+        workspace: Some(identity_of(&ws.root)),
+        cwd: Some(identity_of(&ws.path("sub"))),
+    };
+    assert!(exec::verify_in(&ws.root, expected, &frozen_sh(&ws.root), &cwd).is_ok());
+    // Not a link: a different real directory under the same name.
+    std::fs::rename(ws.path("sub"), ws.path("sub.old")).unwrap();
+    std::fs::create_dir(ws.path("sub")).unwrap();
+    let err = exec::verify_in(&ws.root, expected, &frozen_sh(&ws.root), &cwd).unwrap_err();
+    let msg = err.to_string();
+    assert!(
+        matches!(
+            err,
+            VerifyError::Changed {
+                role: "working directory",
+                ..
+            }
+        ) && msg.contains("working directory sub changed: another directory is there"),
+        "{msg}"
+    );
+}
+
+#[test]
+fn a_workspace_swapped_for_another_directory_is_refused_at_launch() {
+    let outer = tempfile::tempdir().unwrap();
+    let root = outer.path().canonicalize().unwrap().join("ws");
+    std::fs::create_dir(&root).unwrap();
+    let expected = ExpectedDirectories {
+        workspace: Some(identity_of(&root)),
+        cwd: Some(identity_of(&root)),
+    };
+    let sh = frozen_sh(&root);
+    let cwd = FrozenDirectory {
+        path: ".".to_owned(),
+    };
+    assert!(exec::verify_in(&root, expected, &sh, &cwd).is_ok());
+    std::fs::rename(&root, outer.path().join("ws.old")).unwrap();
+    std::fs::create_dir(&root).unwrap();
+    let err = exec::verify_in(&root, expected, &sh, &cwd).unwrap_err();
+    assert!(
+        err.to_string().starts_with("workspace ")
+            && err
+                .to_string()
+                .contains("changed: another directory is there"),
+        "{err}"
+    );
 }

@@ -38,7 +38,7 @@ mod verify;
 #[cfg(target_os = "linux")]
 pub use liveness::{group_alive, process_alive, process_start_time};
 #[cfg(target_os = "linux")]
-pub use verify::verify;
+pub use verify::{verify, verify_in};
 
 /// The grace period between SIGTERM and SIGKILL when a node's group is stopped.
 pub const DEFAULT_KILL_GRACE: Duration = Duration::from_secs(2);
@@ -227,6 +227,17 @@ pub fn filtered_environment(policy: &EnvironmentPolicy) -> Vec<(OsString, OsStri
     crate::permissions::credentials::filtered_environment(policy)
 }
 
+/// The directories a launch must find where it found them at plan time: `(device,
+/// inode)` of the workspace and of the node's working directory; `None` checks the path
+/// only.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ExpectedDirectories {
+    /// The workspace directory.
+    pub workspace: Option<(u64, u64)>,
+    /// The node's working directory.
+    pub cwd: Option<(u64, u64)>,
+}
+
 /// How a process of an attempt can be recognised later (journaled before the runner relies
 /// on it): the pid alone may be reused, pid plus start time may not.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -372,6 +383,19 @@ pub fn spawn(launch: VerifiedLaunch, spec: CommandSpec) -> Result<RunningCommand
 #[cfg(not(target_os = "linux"))]
 pub fn verify(
     _workspace: &std::path::Path,
+    _program: &rho_ipc::program::FrozenExecutable,
+    _cwd: &rho_ipc::program::FrozenDirectory,
+) -> Result<VerifiedLaunch, VerifyError> {
+    Err(VerifyError::Unsupported {
+        target: std::env::consts::OS,
+    })
+}
+
+/// Verification is unavailable off Linux: fail closed.
+#[cfg(not(target_os = "linux"))]
+pub fn verify_in(
+    _workspace: &std::path::Path,
+    _expected: ExpectedDirectories,
     _program: &rho_ipc::program::FrozenExecutable,
     _cwd: &rho_ipc::program::FrozenDirectory,
 ) -> Result<VerifiedLaunch, VerifyError> {

@@ -78,12 +78,31 @@ pub fn verify(
     program: &FrozenExecutable,
     cwd: &FrozenDirectory,
 ) -> Result<VerifiedLaunch, VerifyError> {
+    verify_in(
+        workspace,
+        super::ExpectedDirectories::default(),
+        program,
+        cwd,
+    )
+}
+
+/// [`verify`], and the workspace directory must still be the one frozen (`(device,
+/// inode)`): a whole workspace swapped for another at the same path is refused.
+pub fn verify_in(
+    workspace: &Path,
+    expected: super::ExpectedDirectories,
+    program: &FrozenExecutable,
+    cwd: &FrozenDirectory,
+) -> Result<VerifiedLaunch, VerifyError> {
     let workspace_fd = open_absolute_nofollow(workspace, OFlag::O_RDONLY | OFlag::O_DIRECTORY)
         .map_err(|source| VerifyError::Workspace {
             path: workspace.display().to_string(),
             source,
         })?;
     let ws = workspace_fd.as_fd();
+    if let Some(identity) = expected.workspace {
+        check_directory(ws, "workspace", &workspace.display().to_string(), identity)?;
+    }
     let executable = verify_file(ws, "executable", &program.file)?;
     let inner = match &program.interpreter {
         None => {
@@ -97,7 +116,7 @@ pub fn verify(
                 program: executable,
                 script: None,
                 interpreter_argv: Vec::new(),
-                cwd: verify_cwd(ws, cwd)?,
+                cwd: verify_cwd(ws, cwd, expected.cwd)?,
             }
         }
         Some(interpreter) => {
@@ -118,7 +137,7 @@ pub fn verify(
                 program: sealed,
                 script: Some(executable),
                 interpreter_argv,
-                cwd: verify_cwd(ws, cwd)?,
+                cwd: verify_cwd(ws, cwd, expected.cwd)?,
             }
         }
     };
@@ -139,14 +158,54 @@ fn interpreter_argv0(shebang: &str, location: &FileLocation) -> OsString {
     }
 }
 
-fn verify_cwd(ws: BorrowedFd<'_>, cwd: &FrozenDirectory) -> Result<OwnedFd, VerifyError> {
-    open_nofollow_in(ws, &cwd.path, OFlag::O_RDONLY | OFlag::O_DIRECTORY).map_err(|source| {
-        VerifyError::Open {
+fn verify_cwd(
+    ws: BorrowedFd<'_>,
+    cwd: &FrozenDirectory,
+    expected: Option<(u64, u64)>,
+) -> Result<OwnedFd, VerifyError> {
+    let dir = open_nofollow_in(ws, &cwd.path, OFlag::O_RDONLY | OFlag::O_DIRECTORY).map_err(
+        |source| VerifyError::Open {
             role: "working directory",
             path: cwd.path.clone(),
             source,
-        }
-    })
+        },
+    )?;
+    if let Some(identity) = expected {
+        check_directory(dir.as_fd(), "working directory", &cwd.path, identity)?;
+    }
+    Ok(dir)
+}
+
+/// The open directory is a directory with the frozen device and inode.
+fn check_directory(
+    dir: BorrowedFd<'_>,
+    role: &'static str,
+    path: &str,
+    (device, inode): (u64, u64),
+) -> Result<(), VerifyError> {
+    let facts = FileFacts::of(dir).map_err(|e| VerifyError::Changed {
+        role,
+        path: path.to_owned(),
+        what: format!("cannot be inspected: {e}"),
+    })?;
+    if !facts.is_dir() {
+        return Err(VerifyError::Changed {
+            role,
+            path: path.to_owned(),
+            what: "is no longer a directory".to_owned(),
+        });
+    }
+    if (facts.device, facts.inode) != (device, inode) {
+        return Err(VerifyError::Changed {
+            role,
+            path: path.to_owned(),
+            what: format!(
+                "another directory is there: device {} inode {} expected, device {} inode {} found",
+                device, inode, facts.device, facts.inode
+            ),
+        });
+    }
+    Ok(())
 }
 
 fn verify_file(

@@ -494,6 +494,7 @@ pub fn plan(input: &PlanInput<'_>) -> Result<Planned, PlanError> {
         sources,
         hardening,
         workspace: WorkspaceIdentity {
+            directories: resolver.directory_identities(),
             path: input.workspace.to_string_lossy().into_owned(),
             device: workspace_facts.device,
             inode: workspace_facts.inode,

@@ -8,7 +8,9 @@
 //! distinct file is hashed once per plan, and hashing stops when the `planner_wall_ms`
 //! deadline passes.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
+
+use crate::workflow::store::plans::DirectoryIdentity;
 use std::ffi::OsStr;
 use std::os::fd::{AsFd as _, BorrowedFd};
 use std::path::{Path, PathBuf};
@@ -144,6 +146,8 @@ pub struct Resolver<'a> {
     digests: DigestCache,
     executables: HashMap<String, Result<FrozenExecutable, ResolveError>>,
     directories: HashMap<String, Result<FrozenDirectory, ResolveError>>,
+    /// Device and inode of each frozen directory, by its normalized path.
+    directory_ids: BTreeMap<String, DirectoryIdentity>,
 }
 
 /// An opened, checked file with its digest.
@@ -172,6 +176,7 @@ impl<'a> Resolver<'a> {
             digests: DigestCache::new(),
             executables: HashMap::new(),
             directories: HashMap::new(),
+            directory_ids: BTreeMap::new(),
         }
     }
 
@@ -409,12 +414,23 @@ impl<'a> Resolver<'a> {
         if let Some(hit) = self.directories.get(cwd) {
             return hit.clone();
         }
-        let result = self.resolve_directory(cwd);
+        let result = self.resolve_directory(cwd).map(|(dir, id)| {
+            self.directory_ids.insert(dir.path.clone(), id);
+            dir
+        });
         self.directories.insert(cwd.to_owned(), result.clone());
         result
     }
 
-    fn resolve_directory(&self, cwd: &str) -> Result<FrozenDirectory, ResolveError> {
+    /// Device and inode of every directory frozen so far, by workspace-relative path.
+    pub fn directory_identities(&self) -> BTreeMap<String, DirectoryIdentity> {
+        self.directory_ids.clone()
+    }
+
+    fn resolve_directory(
+        &self,
+        cwd: &str,
+    ) -> Result<(FrozenDirectory, DirectoryIdentity), ResolveError> {
         let bad = |problem: String| ResolveError::Cwd {
             cwd: cwd.to_owned(),
             problem,
@@ -436,7 +452,7 @@ impl<'a> Resolver<'a> {
         } else {
             parts.join("/")
         };
-        open_nofollow_in(
+        let dir = open_nofollow_in(
             self.workspace_fd,
             &path,
             OFlag::O_RDONLY | OFlag::O_DIRECTORY,
@@ -453,7 +469,16 @@ impl<'a> Resolver<'a> {
             }
             other => bad(other.to_string()),
         })?;
-        Ok(FrozenDirectory { path })
+        // Kind, device and inode: a different directory at the same path later is refused.
+        let facts = crate::workflow::identity::FileFacts::of(std::os::fd::AsFd::as_fd(&dir))
+            .map_err(|e| bad(format!("cannot be inspected: {e}")))?;
+        Ok((
+            FrozenDirectory { path },
+            DirectoryIdentity {
+                device: facts.device,
+                inode: facts.inode,
+            },
+        ))
     }
 }
 

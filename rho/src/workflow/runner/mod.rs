@@ -202,6 +202,7 @@ pub fn workspace_identity(workspace: &Path) -> Result<WorkspaceIdentity, StoreEr
     use std::os::unix::fs::MetadataExt as _;
     let meta = std::fs::metadata(workspace).map_err(|e| StoreError::io("inspect", workspace, e))?;
     Ok(WorkspaceIdentity {
+        directories: std::collections::BTreeMap::new(),
         path: workspace.to_string_lossy().into_owned(),
         device: meta.dev(),
         inode: meta.ino(),
@@ -213,7 +214,7 @@ fn check_workspace(
     workspace: &Path,
 ) -> Result<WorkspaceIdentity, RunError> {
     let found = workspace_identity(workspace)?;
-    if &found != expected {
+    if !found.same_directory(expected) {
         return Err(RunError::WorkspaceMismatch {
             expected: format!(
                 "{} (device {}, inode {})",
@@ -225,7 +226,7 @@ fn check_workspace(
             ),
         });
     }
-    Ok(found)
+    Ok(expected.clone())
 }
 
 fn shared(
@@ -233,6 +234,7 @@ fn shared(
     run: &Arc<RunDir>,
     program: &Arc<FrozenProgram>,
     digest: &str,
+    workspace: &WorkspaceIdentity,
 ) -> Result<Arc<Shared>, RunError> {
     let checkout = CheckoutLock::open(&ctx.home, &ctx.workspace)?;
     let env: Vec<(OsString, OsString)> = exec::filtered_environment(&program.environment);
@@ -241,6 +243,7 @@ fn shared(
         program: Arc::clone(program),
         program_digest: digest.to_owned(),
         workspace: ctx.workspace.clone(),
+        workspace_identity: workspace.clone(),
         env: Arc::new(env),
         authorizer: Arc::clone(&ctx.authorizer),
         observer: Arc::clone(&ctx.observer),

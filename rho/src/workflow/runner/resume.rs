@@ -130,7 +130,13 @@ pub fn resume(
     }
     let run = Arc::new(run);
     let program = Arc::new(program);
-    let shared = shared(ctx, &run, &program, &manifest.program_digest)?;
+    let shared = shared(
+        ctx,
+        &run,
+        &program,
+        &manifest.program_digest,
+        &manifest.workspace,
+    )?;
     progress.created(run_id);
     let mut owner = Owner::new(
         Arc::clone(&run),

@@ -53,7 +53,13 @@ pub fn start(
     }
     let run = Arc::new(run);
     let program = Arc::new(plan.program.clone());
-    let shared = shared(ctx, &run, &program, &plan.program_digest)?;
+    let shared = shared(
+        ctx,
+        &run,
+        &program,
+        &plan.program_digest,
+        &plan.manifest.workspace,
+    )?;
     let mut owner = Owner::new(
         Arc::clone(&run),
         program,

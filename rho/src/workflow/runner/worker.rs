@@ -67,6 +67,9 @@ pub(super) struct Shared {
     pub program: Arc<FrozenProgram>,
     pub program_digest: String,
     pub workspace: PathBuf,
+    /// The workspace directory and node directories recorded with the run, checked at
+    /// every launch.
+    pub workspace_identity: crate::workflow::store::plans::WorkspaceIdentity,
     pub env: Arc<Vec<(OsString, OsString)>>,
     pub authorizer: Arc<dyn CommandAuthorizer>,
     pub observer: Arc<dyn RunObserver>,
@@ -300,7 +303,18 @@ fn run_command(
         return Finished::cancelled("cancelled before the process started");
     }
 
-    let launch = match exec::verify(&shared.workspace, program, cwd) {
+    let expected = exec::ExpectedDirectories {
+        workspace: Some((
+            shared.workspace_identity.device,
+            shared.workspace_identity.inode,
+        )),
+        cwd: shared
+            .workspace_identity
+            .directories
+            .get(&cwd.path)
+            .map(|d| (d.device, d.inode)),
+    };
+    let launch = match exec::verify_in(&shared.workspace, expected, program, cwd) {
         Ok(launch) => launch,
         Err(e) => {
             return failed_unless_cancelled(cancel, format!("verification failed: {e}"));

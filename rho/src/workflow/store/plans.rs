@@ -33,12 +33,34 @@ const MAX_DOCUMENT_BYTES: u64 = 512 * 1024 * 1024;
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct WorkspaceIdentity {
+    /// Device and inode of each node's working directory (by its workspace-relative path)
+    /// when it was planned, checked at every launch. Kept here, not in the program, so the
+    /// program digest stays the same for a copy of the workspace.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub directories: std::collections::BTreeMap<String, DirectoryIdentity>,
     /// Canonical absolute path.
     pub path: String,
     /// `st_dev` of the workspace directory.
     pub device: u64,
     /// `st_ino` of the workspace directory.
     pub inode: u64,
+}
+
+/// A directory's device and inode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DirectoryIdentity {
+    /// `st_dev`.
+    pub device: u64,
+    /// `st_ino`.
+    pub inode: u64,
+}
+
+impl WorkspaceIdentity {
+    /// The same workspace directory (path, device, inode), whatever was recorded inside.
+    pub fn same_directory(&self, other: &Self) -> bool {
+        (&self.path, self.device, self.inode) == (&other.path, other.device, other.inode)
+    }
 }
 
 /// How the planner worker was protected while it evaluated the sources.
