@@ -670,6 +670,30 @@ fn running_a_degraded_plan_warns_in_every_format_and_list_marks_it() {
     // The plan and both of its runs.
     assert_eq!(marked.len(), 3, "{}", list.stdout);
     assert!(marked.iter().any(|l| l.starts_with(&id)), "{}", list.stdout);
+
+    // `status` of a run says so too, and so does `resume` once the plan is gone.
+    let run_id = std::fs::read_dir(env.home.join("workflows/runs"))
+        .unwrap()
+        .filter_map(Result::ok)
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .find(|n| !n.starts_with('.'))
+        .unwrap();
+    for format in ["text", "json"] {
+        let status = env.rho(&["workflow", "status", &run_id, "--output", format]);
+        assert_eq!(status.code, 0, "{}", status.stderr);
+        assert!(
+            status.stderr.contains(warning),
+            "{format}: {}",
+            status.stderr
+        );
+    }
+    let deleted = env.rho(&["workflow", "delete", &id, "--yes"]);
+    assert_eq!(deleted.code, 0, "{}", deleted.stderr);
+    let resumed = env.rho(&["workflow", "resume", &run_id, "--yes"]);
+    assert_eq!(resumed.code, 0, "{}", resumed.stderr);
+    assert!(resumed.stderr.contains(warning), "{}", resumed.stderr);
+    let status = env.rho(&["workflow", "status", &run_id]);
+    assert!(status.stderr.contains(warning), "{}", status.stderr);
 }
 
 #[test]

@@ -87,11 +87,9 @@ pub fn run_resume(args: &ResumeArgs) -> CliResult {
     )?;
     let (mode, source) = resume_mode(recorded.permission_mode, selection);
     let run_ctx = run_context(&ctx, mode)?;
-    // The run's plan records how its sources were evaluated; a degraded planner is repeated
-    // on every output. (A deleted plan leaves nothing to read: no warning can be given.)
-    let warnings = crate::workflow::store::plans::manifest(&ctx.home, &manifest.plan_id)
-        .map(|plan| crate::workflow::plan::recorded_sandbox_warnings(&plan.sandbox))
-        .unwrap_or_default();
+    // How the plan's sources were evaluated is copied into the run; a degraded planner is
+    // repeated on every output, also after the plan was deleted.
+    let warnings = super::status::run_sandbox_warnings(&ctx.home, &manifest);
     super::warn(&warnings);
     let mut sink = Progress::new(output, mode, source, &program).with_warnings(warnings);
     let result = runner::resume(

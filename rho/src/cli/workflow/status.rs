@@ -56,6 +56,10 @@ pub fn run_status(args: &StatusArgs) -> CliResult {
     let home = RhoHome::from_env().map_err(|e| CliError::operational(e.to_string()))?;
     let id = runs::resolve(&home, &args.id).map_err(|e| store_error(&e))?;
     let (run, inspection) = runner::inspect(&home, &id).map_err(|e| super::run::run_error(&e))?;
+    // A run of a plan made by a degraded planner says so on every output.
+    if let StoredManifest::Current(manifest) = &inspection.manifest {
+        super::warn(&run_sandbox_warnings(&home, manifest));
+    }
     let output = if args.json {
         StatusOutput::Json
     } else {
@@ -84,6 +88,20 @@ pub fn run_status(args: &StatusArgs) -> CliResult {
     };
     print_out(&text)?;
     Ok(ExitCode::Success)
+}
+
+/// The degraded-sandbox warnings of a run: from the record copied into its manifest, or
+/// (for a run created before it was copied) from its plan while the plan exists.
+pub(super) fn run_sandbox_warnings(
+    home: &RhoHome,
+    manifest: &crate::workflow::store::runs::RunManifest,
+) -> Vec<String> {
+    match &manifest.sandbox {
+        Some(record) => crate::workflow::plan::recorded_sandbox_warnings(record),
+        None => crate::workflow::store::plans::manifest(home, &manifest.plan_id)
+            .map(|plan| crate::workflow::plan::recorded_sandbox_warnings(&plan.sandbox))
+            .unwrap_or_default(),
+    }
 }
 
 /// `status --output json` of a format-1 run: its manifest and state as stored, which are

@@ -115,6 +115,11 @@ pub struct RunManifest {
     pub name: String,
     /// Number of nodes.
     pub node_count: u64,
+    /// How the planner worker was protected when the run's plan was made, copied from the
+    /// plan so a degraded sandbox is still reported after the plan is deleted. Absent in
+    /// runs created before it was copied.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sandbox: Option<super::plans::SandboxRecord>,
 }
 
 /// A manifest as found on disk: this build's format, or the format-1 shape of Rho 1.47,
@@ -312,6 +317,7 @@ pub fn create(
         workspace,
         confirmation,
         policy: Some(policy),
+        sandbox: Some(plan.manifest.sandbox.clone()),
         name: plan.program.name.clone(),
         node_count: plan.program.root.nodes.len() as u64,
     };
