@@ -29,7 +29,7 @@ pub struct NamedWorkflow {
 #[non_exhaustive]
 pub enum LocateError {
     /// Nothing of that name: no file, no workspace workflow.
-    #[error("workflow `{given}` not found: no such file and no workflow of that name in {WORKFLOWS_DIR}/{}", suggest(.suggestions))]
+    #[error("workflow `{given}` not found: no such file and no workflow of that name in {WORKFLOWS_DIR}{}", suggest(.suggestions))]
     NotFound {
         /// What the user gave.
         given: String,
@@ -260,6 +260,11 @@ mod tests {
         let err = resolve_workflow(&ws, "cj").unwrap_err();
         assert!(matches!(err, LocateError::NotFound { .. }), "{err}");
         assert_eq!(err.suggestions(), ["ci"]);
+        assert_eq!(
+            err.to_string(),
+            "workflow `cj` not found: no such file and no workflow of that name in \
+             .rho/workflows; did you mean ci?"
+        );
         let err = resolve_workflow(&ws, "../.rho/workflows/ci").unwrap_err();
         assert!(matches!(err, LocateError::Directory { .. }), "{err}");
         assert_eq!(err.suggestions()[0], ".rho/workflows/ci/workflow.star");
