@@ -789,3 +789,66 @@ fn an_answer_larger_than_a_frame_is_the_program_bytes_budget() {
     );
     assert!(!stderr.contains("planner worker failed"), "{stderr}");
 }
+
+#[test]
+fn a_binary_whose_library_path_is_writable_is_refused() {
+    let env = env_with_plan();
+    let source = env.ws.join("m.c");
+    std::fs::write(&source, "int main(void) { return 0; }\n").unwrap();
+    let built = std::process::Command::new("cc")
+        .arg("-o")
+        .arg(env.ws.join("tool"))
+        .arg(&source)
+        .arg("-Wl,-rpath,$ORIGIN/lib")
+        .arg("-Wl,--enable-new-dtags")
+        .status();
+    match built {
+        Ok(status) if status.success() => {}
+        other => {
+            // Not a kernel feature: the compiler only builds the fixture.
+            eprintln!(
+                "SKIPPING a_binary_whose_library_path_is_writable_is_refused: no C compiler to \
+                 build a binary with a RUNPATH ({other:?})"
+            );
+            return;
+        }
+    }
+    env.write("w.star", &workflow(&[cmd("a", "[\"./tool\"]", "")], ""));
+    assert_invalid(
+        &env,
+        "w.star",
+        &[
+            "its library search path (RUNPATH/RPATH) entry `$ORIGIN/lib` is in a writable location",
+            "relink it without that entry",
+        ],
+    );
+}
+
+#[test]
+fn a_binary_whose_program_interpreter_is_writable_is_refused() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let env = env_with_plan();
+    // A copy of a system binary whose PT_INTERP names a loader in a world-writable place.
+    let mut bytes = std::fs::read("/bin/true").unwrap();
+    let interp = bytes
+        .windows(4)
+        .position(|w| w == b"/lib")
+        .expect("a dynamically linked /bin/true");
+    let end = interp + bytes[interp..].iter().position(|b| *b == 0).unwrap();
+    let fake = b"/tmp/ld.so";
+    assert!(fake.len() <= end - interp);
+    bytes[interp..end].fill(0);
+    bytes[interp..interp + fake.len()].copy_from_slice(fake);
+    let tool = env.ws.join("tool");
+    std::fs::write(&tool, bytes).unwrap();
+    std::fs::set_permissions(&tool, std::fs::Permissions::from_mode(0o755)).unwrap();
+    env.write("w.star", &workflow(&[cmd("a", "[\"./tool\"]", "")], ""));
+    assert_invalid(
+        &env,
+        "w.star",
+        &[
+            "its program interpreter `/tmp/ld.so` could be replaced after planning",
+            "/tmp is writable by everyone",
+        ],
+    );
+}

@@ -8,6 +8,7 @@
 
 pub mod agents;
 pub mod checks;
+pub mod elf;
 pub mod freeze;
 pub mod modules;
 pub mod resolve;

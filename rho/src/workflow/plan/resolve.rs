@@ -101,6 +101,16 @@ pub enum ResolveError {
         /// What is wrong with its interpreter line.
         problem: String,
     },
+    /// A native executable (or a script's interpreter) would load code the check cannot pin:
+    /// its program interpreter or a library search path entry could be replaced after
+    /// planning, or its ELF headers cannot be read.
+    #[error("`{path}`: {problem}")]
+    Loader {
+        /// The executable.
+        path: String,
+        /// What the loader would open and who could replace it.
+        problem: String,
+    },
     /// A working directory is not a plain path inside the workspace.
     #[error("cwd `{cwd}` {problem}")]
     Cwd {
@@ -154,6 +164,10 @@ pub struct Resolver<'a> {
 struct Opened {
     identity: FileIdentity,
     head: Vec<u8>,
+    /// The canonical path it was opened at.
+    canonical: PathBuf,
+    /// For an ELF file, what its loader opens by path (read through the same descriptor).
+    loader: Option<Result<super::elf::LoaderInputs, String>>,
 }
 
 impl<'a> Resolver<'a> {
@@ -218,6 +232,9 @@ impl<'a> Resolver<'a> {
                 Some(self.interpreter(&candidate, line)?)
             }
         };
+        if interpreter.is_none() {
+            check_loader(&opened)?;
+        }
         Ok(FrozenExecutable {
             file: opened.identity,
             interpreter,
@@ -332,7 +349,10 @@ impl<'a> Resolver<'a> {
                 size: digest.size,
                 sha256: digest.sha256,
             },
+            loader: is_native_executable(&digest.head)
+                .then(|| super::elf::loader_inputs(fd.as_fd(), digest.size)),
             head: digest.head,
+            canonical,
         })
     }
 
@@ -402,6 +422,7 @@ impl<'a> Resolver<'a> {
                 target.display()
             )));
         }
+        check_loader(&opened).map_err(|e| shebang_error(format!("interpreter {e}")))?;
         Ok(FrozenInterpreter {
             file: opened.identity,
             shebang: shebang.to_owned(),
@@ -483,6 +504,20 @@ impl<'a> Resolver<'a> {
 }
 
 /// Whether a file starting with `head` is a binary this kernel runs natively (ELF).
+/// Refuses a native executable whose loader inputs could be replaced after planning.
+fn check_loader(opened: &Opened) -> Result<(), ResolveError> {
+    let path = opened.canonical.display().to_string();
+    match &opened.loader {
+        None => Ok(()),
+        Some(Err(problem)) => Err(ResolveError::Loader {
+            path,
+            problem: format!("its ELF headers cannot be read: {problem}"),
+        }),
+        Some(Ok(inputs)) => super::elf::check_loader(&opened.canonical, inputs)
+            .map_err(|problem| ResolveError::Loader { path, problem }),
+    }
+}
+
 fn is_native_executable(head: &[u8]) -> bool {
     head.starts_with(b"\x7fELF")
 }
