@@ -6,11 +6,13 @@
 //! checkout (the kernel refuses).
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a broken setup should panic
 
+mod agent_support;
 mod run_support;
 
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
+use agent_support::{offered_tools, tool_results};
 use rho_e2e::model_server::{ModelServer, Reply, ScriptedTurn};
 use run_support::{Env, assert_snapshot_matches_journal, code, text};
 use serde_json::{Value, json};
@@ -65,30 +67,6 @@ fn only_run(env: &Env) -> (String, std::path::PathBuf) {
     let id = ids.into_iter().next().unwrap();
     let dir = env.run_dir(&id);
     (id, dir)
-}
-
-fn tool_results(body: &Value) -> Vec<String> {
-    body["messages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|m| m["role"] == "tool")
-        .map(|m| m["content"].as_str().unwrap_or_default().to_owned())
-        .collect()
-}
-
-fn offered_tools(body: &Value) -> Vec<String> {
-    let mut names: Vec<String> = body["tools"]
-        .as_array()
-        .map(|tools| {
-            tools
-                .iter()
-                .filter_map(|t| t["function"]["name"].as_str().map(str::to_owned))
-                .collect()
-        })
-        .unwrap_or_default();
-    names.sort();
-    names
 }
 
 /// Read, edit, run a command, answer.

@@ -7,35 +7,9 @@
 
 mod agent_support;
 
-use agent_support::{AgentEnv, stderr, stdout};
+use agent_support::{AgentEnv, offered_tools, stderr, stdout, tool_results};
 use rho_e2e::model_server::{ModelServer, Reply, ScriptedTurn};
-use serde_json::{Value, json};
-
-/// The tool names offered in a recorded OpenAI-style request.
-fn offered_tools(body: &Value) -> Vec<String> {
-    let mut names: Vec<String> = body["tools"]
-        .as_array()
-        .map(|tools| {
-            tools
-                .iter()
-                .filter_map(|t| t["function"]["name"].as_str().map(str::to_owned))
-                .collect()
-        })
-        .unwrap_or_default();
-    names.sort();
-    names
-}
-
-/// The content of every tool message in a recorded OpenAI-style request, in order.
-fn tool_results(body: &Value) -> Vec<String> {
-    body["messages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|m| m["role"] == "tool")
-        .map(|m| m["content"].as_str().unwrap_or_default().to_owned())
-        .collect()
-}
+use serde_json::json;
 
 #[test]
 fn the_default_agent_is_offered_every_host_tool() {

@@ -10,36 +10,12 @@ mod agent_support;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use agent_support::{AgentEnv, stderr, stdout};
+use agent_support::{AgentEnv, offered_tools, stderr, stdout, tool_results};
 use rho_e2e::model_server::{ModelServer, Reply, ScriptedTurn};
 use serde_json::{Value, json};
 
 /// Text only the explorer's system prompt contains (its definition body).
 const EXPLORER_MARKER: &str = "You are working as an explorer";
-
-fn offered_tools(body: &Value) -> Vec<String> {
-    let mut names: Vec<String> = body["tools"]
-        .as_array()
-        .map(|tools| {
-            tools
-                .iter()
-                .filter_map(|t| t["function"]["name"].as_str().map(str::to_owned))
-                .collect()
-        })
-        .unwrap_or_default();
-    names.sort();
-    names
-}
-
-fn tool_results(body: &Value) -> Vec<String> {
-    body["messages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|m| m["role"] == "tool")
-        .map(|m| m["content"].as_str().unwrap_or_default().to_owned())
-        .collect()
-}
 
 /// Every run directory named in `$RHO_HOME/subagents/index.jsonl`, in order.
 fn indexed_runs(home: &Path) -> Vec<(String, PathBuf)> {
