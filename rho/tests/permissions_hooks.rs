@@ -514,7 +514,10 @@ fn an_invalid_hooks_file_is_a_configuration_error_naming_file_hook_and_field() {
     let fx = fixture();
     fx.user_hooks("[[hook]]\nid = \"x\"\non = \"before_tool_use\"\ncommand = [\"/bin/true\"]\ntimeout = \"2s\"\nshell = true\n");
     let err = load_hooks(&fx.home, &fx.workspace, &base_env()).unwrap_err();
-    assert_eq!(err.exit_code(), rho::cli::exit::ExitCode::Invalid);
+    assert_eq!(
+        rho::cli::exit::permissions_exit_code(&err),
+        rho::cli::exit::ExitCode::Invalid
+    );
     let msg = err.to_string();
     assert!(
         msg.contains("hooks.toml") && msg.contains("`x`") && msg.contains("`shell`"),

@@ -40,6 +40,28 @@ impl ExitCode {
     }
 }
 
+/// The exit code of a host-policy error: a bad setting or file is a configuration error (2);
+/// a file that cannot be read (or the trust store's safety checks) is operational (1).
+pub fn permissions_exit_code(err: &crate::permissions::PermissionsError) -> ExitCode {
+    use crate::permissions::PermissionsError;
+    match err {
+        PermissionsError::Policy(_)
+        | PermissionsError::Trust(crate::trust::TrustError::Policy(_))
+        | PermissionsError::FileTooLarge { .. }
+        | PermissionsError::NotUtf8 { .. } => ExitCode::Invalid,
+        _ => ExitCode::Operational,
+    }
+}
+
+impl From<crate::permissions::PermissionsError> for CliError {
+    fn from(err: crate::permissions::PermissionsError) -> Self {
+        CliError::with_code(
+            permissions_exit_code(&err),
+            crate::workflow::plan::error_chain(&err),
+        )
+    }
+}
+
 /// An error that ends a command, with the exit code it maps to.
 #[derive(Debug)]
 pub struct CliError {
@@ -85,3 +107,48 @@ impl std::error::Error for CliError {}
 
 /// Shorthand for subcommand results.
 pub type CliResult = Result<ExitCode, CliError>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The host policy does not know its front end: no exit codes, no clap types.
+    #[test]
+    fn permissions_imports_nothing_of_the_command_line() {
+        for (file, source) in [
+            ("mod.rs", include_str!("../permissions/mod.rs")),
+            ("mode.rs", include_str!("../permissions/mode.rs")),
+            ("hooks.rs", include_str!("../permissions/hooks.rs")),
+            (
+                "classifier.rs",
+                include_str!("../permissions/classifier.rs"),
+            ),
+            ("responder.rs", include_str!("../permissions/responder.rs")),
+            ("spawn.rs", include_str!("../permissions/spawn.rs")),
+            ("host_env.rs", include_str!("../permissions/host_env.rs")),
+            (
+                "credentials.rs",
+                include_str!("../permissions/credentials.rs"),
+            ),
+        ] {
+            assert!(
+                !source.contains("crate::cli") && !source.contains("clap::"),
+                "permissions/{file} refers to the command line"
+            );
+        }
+    }
+
+    #[test]
+    fn a_bad_permission_setting_is_a_usage_error_and_an_unreadable_file_operational() {
+        let env = crate::permissions::HostEnvironment::from_vars([("RHO_PERMISSION_MODE", "yolo")]);
+        let config = crate::config::Config::empty(std::path::PathBuf::from("/c.toml"));
+        let err = crate::permissions::select_permission_mode(None, &env, &config).unwrap_err();
+        assert_eq!(permissions_exit_code(&err), ExitCode::Invalid);
+        assert_eq!(CliError::from(err).code, ExitCode::Invalid);
+        let read = crate::permissions::PermissionsError::Read {
+            file: "/h/hooks.toml".into(),
+            source: std::io::Error::from(std::io::ErrorKind::PermissionDenied),
+        };
+        assert_eq!(permissions_exit_code(&read), ExitCode::Operational);
+    }
+}

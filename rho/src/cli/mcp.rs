@@ -10,11 +10,10 @@ use std::sync::Arc;
 use clap::Args;
 
 use super::exit::{CliError, CliResult, ExitCode};
+use crate::cli::permission_args::PermissionArgs;
 use crate::mcp::{McpHost, McpServeError, McpServer};
 use crate::paths::{self, RhoHome};
-use crate::permissions::{
-    HostAuthorizer, PermissionArgs, SharedHostAuthorizer, select_process_mode,
-};
+use crate::permissions::{HostAuthorizer, SharedHostAuthorizer, select_process_mode};
 use crate::process::{ProcessConfig, ProcessManager};
 use crate::tools::process::ProcessTool;
 use crate::tools::workflow::WorkflowTool;

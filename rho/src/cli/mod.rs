@@ -8,6 +8,7 @@ pub mod doctor;
 pub mod exit;
 pub mod limits;
 pub mod mcp;
+pub mod permission_args;
 pub mod root;
 pub mod run;
 pub mod session_args;

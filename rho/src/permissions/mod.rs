@@ -27,7 +27,6 @@ use rho_policy::{
     EscalationCounters, HookEventName, HookScope, PermissionMode, PolicyError, ToolRequest,
 };
 
-use crate::cli::exit::{CliError, ExitCode};
 use crate::config::Config;
 use crate::paths::RhoHome;
 use crate::workflow::runner::authorize::{
@@ -37,7 +36,7 @@ use crate::workflow::runner::authorize::{
 pub use classifier::{ClassifierCommand, DEFAULT_CLASSIFIER_TIMEOUT};
 pub use hooks::{LoadedHooks, ObservedEvent, ObserverFailure, ProcessHookRunner, load_hooks};
 pub use host_env::HostEnvironment;
-pub use mode::{PermissionArgs, select_permission_mode, select_process_mode};
+pub use mode::{select_permission_mode, select_process_mode};
 pub use responder::{PromptAbandon, TerminalResponder};
 
 /// Why the permission layer could not be set up.
@@ -78,26 +77,6 @@ pub enum PermissionsError {
         /// The file.
         file: PathBuf,
     },
-}
-
-impl PermissionsError {
-    /// The documented exit code: a bad setting or file is a configuration error (2); a file
-    /// that cannot be read (or the trust store's safety checks) is operational (1).
-    pub fn exit_code(&self) -> ExitCode {
-        match self {
-            PermissionsError::Policy(_)
-            | PermissionsError::Trust(crate::trust::TrustError::Policy(_))
-            | PermissionsError::FileTooLarge { .. }
-            | PermissionsError::NotUtf8 { .. } => ExitCode::Invalid,
-            PermissionsError::Read { .. } | PermissionsError::Trust(_) => ExitCode::Operational,
-        }
-    }
-}
-
-impl From<PermissionsError> for CliError {
-    fn from(err: PermissionsError) -> Self {
-        CliError::with_code(err.exit_code(), crate::workflow::plan::error_chain(&err))
-    }
 }
 
 /// Authorizes command nodes for one run owner: the pure [`Authorizer`] (mode and escalation

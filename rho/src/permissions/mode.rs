@@ -15,19 +15,6 @@ use crate::config::Config;
 /// The environment variable that selects the mode when no flag is given.
 pub const PERMISSION_MODE_VAR: &str = "RHO_PERMISSION_MODE";
 
-/// The `--permission-mode` flag, for subcommands that run nodes (`run`, `resume`) to
-/// `#[command(flatten)]`.
-///
-/// The value is kept as text and checked by [`select_permission_mode`], so an unknown mode is
-/// reported the same way whichever setting holds it.
-#[derive(Debug, Clone, Default, PartialEq, Eq, clap::Args)]
-pub struct PermissionArgs {
-    /// Permission mode: bypass, auto, allow_edits, plan or supervised (overrides
-    /// RHO_PERMISSION_MODE and `[behavior] permission_mode`).
-    #[arg(long = "permission-mode", value_name = "MODE")]
-    pub permission_mode: Option<String>,
-}
-
 /// Selects the mode from the flag value, the environment snapshot and the loaded
 /// configuration.
 pub fn select_permission_mode(
@@ -64,10 +51,7 @@ mod tests {
     use std::os::unix::ffi::OsStringExt as _;
     use std::path::Path;
 
-    use clap::Parser;
-
     use super::*;
-    use crate::cli::exit::ExitCode;
 
     fn config(text: &str) -> Config {
         Config::parse(Path::new("/home/u/.rho/config.toml"), text).unwrap()
@@ -110,7 +94,7 @@ mod tests {
     fn unknown_flag_value_is_a_configuration_error_naming_the_flag() {
         let err =
             select_permission_mode(Some("yolo"), &env(Some("plan")), &config("")).unwrap_err();
-        assert_eq!(err.exit_code(), ExitCode::Invalid);
+        assert!(matches!(err, PermissionsError::Policy(_)), "{err}");
         let msg = err.to_string();
         assert!(
             msg.contains("--permission-mode") && msg.contains("`yolo`"),
@@ -123,7 +107,7 @@ mod tests {
         let cfg = config("[behavior]\npermission_mode = \"plan\"\n");
         for bad in ["", "Auto", "allow-edits"] {
             let err = select_permission_mode(None, &env(Some(bad)), &cfg).unwrap_err();
-            assert_eq!(err.exit_code(), ExitCode::Invalid);
+            assert!(matches!(err, PermissionsError::Policy(_)), "{err}");
             let msg = err.to_string();
             assert!(msg.contains("RHO_PERMISSION_MODE") && msg.contains(&format!("`{bad}`")));
         }
@@ -148,22 +132,5 @@ mod tests {
             err.contains("behavior.permission_mode") && err.contains("everything"),
             "{err}"
         );
-    }
-
-    #[derive(Debug, Parser)]
-    struct Probe {
-        #[command(flatten)]
-        permissions: PermissionArgs,
-    }
-
-    #[test]
-    fn flag_parses_as_text_for_selection() {
-        let probe = Probe::try_parse_from(["probe", "--permission-mode", "allow_edits"]).unwrap();
-        assert_eq!(
-            probe.permissions.permission_mode.as_deref(),
-            Some("allow_edits")
-        );
-        let probe = Probe::try_parse_from(["probe"]).unwrap();
-        assert_eq!(probe.permissions, PermissionArgs::default());
     }
 }

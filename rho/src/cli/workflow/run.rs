@@ -18,8 +18,9 @@ use crate::cli::terminal::{self, Colour, paint};
 use crate::workflow::{describe, logs};
 use rho_policy::{PermissionMode, TrustRequirement};
 
+use crate::cli::permission_args::PermissionArgs;
 use crate::permissions::responder::{TerminalShare, terminal};
-use crate::permissions::{PermissionArgs, select_process_mode};
+use crate::permissions::select_process_mode;
 use crate::workflow::plan::{error_chain, recorded_sandbox_warnings};
 use crate::workflow::runner::{self, ProgressSink, RunContext, RunError, RunReport, signals};
 use crate::workflow::state::{Event, EventKind, NodeState, Outcome, State};
