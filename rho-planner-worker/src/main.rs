@@ -61,7 +61,9 @@ fn main() -> ExitCode {
     }
 }
 
-/// An error and its sources on one line, for stderr (which the host keeps for diagnostics).
+/// An error and its sources on one line, for stderr (which the host keeps for diagnostics):
+/// the same rendering as `rho::workflow::plan::error_chain`, which this crate cannot depend
+/// on (it depends only on `rho-ipc`).
 fn error_chain(error: &dyn std::error::Error) -> String {
     let mut text = error.to_string();
     let mut source = error.source();

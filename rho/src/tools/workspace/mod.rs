@@ -93,17 +93,8 @@ pub enum FileAccessError {
     },
 }
 
-/// An error and its sources, joined with `: `.
-pub fn error_chain(err: &dyn std::error::Error) -> String {
-    let mut text = err.to_string();
-    let mut source = err.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
-}
+/// An error and its sources, joined with `: ` (the one rendering every front end uses).
+pub use crate::workflow::plan::error_chain;
 
 impl FileAccessError {
     /// The tool error a model reads: problems with the path argument (missing, a link, the

@@ -737,6 +737,30 @@ pub fn probe(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// One rendering of an error with its sources for the whole crate: the tools and the
+    /// runner use this one instead of keeping copies that could drift.
+    #[test]
+    fn error_chain_is_defined_once() {
+        for (file, source) in [
+            (
+                "tools/workspace/mod.rs",
+                include_str!("../../tools/workspace/mod.rs"),
+            ),
+            (
+                "workflow/runner/worker.rs",
+                include_str!("../runner/worker.rs"),
+            ),
+        ] {
+            assert!(!source.contains("fn error_chain"), "{file} defines its own");
+        }
+        let err = std::io::Error::other(crate::workflow::store::StoreError::io(
+            "read",
+            "/x",
+            std::io::Error::from(std::io::ErrorKind::NotFound),
+        ));
+        assert!(error_chain(&err).contains(": "), "{}", error_chain(&err));
+    }
     use rho_ipc::evaluated::SourceSpan;
 
     fn at(line: u32, column: u32) -> Diagnostic {

@@ -28,6 +28,7 @@ use crate::confinement::{Confinement, ConfinementRequest, ScratchDir};
 use crate::workflow::checkout::{CheckoutError, CheckoutLock};
 use crate::workflow::exec::{self, CancelToken, CommandExit, CommandSpec, StreamArtifact};
 use crate::workflow::identity::{display_location, workspace_path};
+use crate::workflow::plan::error_chain;
 use crate::workflow::state::{Artifact, DenialRecord, ExitRecord, NodeState, ProcessIdentity};
 use crate::workflow::store::StoreError;
 use crate::workflow::store::fs::PrivateDir;
@@ -469,17 +470,6 @@ fn confine(node: &Node, env: &[(OsString, OsString)]) -> Result<Confined, String
         .collect();
     env.push(("TMPDIR".into(), dir.to_owned()));
     Ok((Some(scratch), confinement, env))
-}
-
-fn error_chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
 }
 
 /// Once the run is cancelling, an attempt that stops before its process ran ends in
