@@ -656,3 +656,42 @@ pub(crate) fn above_stdio(fd: OwnedFd) -> io::Result<OwnedFd> {
     // SAFETY: `dup` is a fresh descriptor owned by nobody else.
     Ok(unsafe { OwnedFd::from_raw_fd(dup) })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn inheritable_fd() -> OwnedFd {
+        let (read, _write) = pipe2(OFlag::empty()).unwrap();
+        read
+    }
+
+    fn cloexec(fd: RawFd) -> bool {
+        // SAFETY: F_GETFD on a descriptor this test owns.
+        let flags = unsafe { libc::fcntl(fd, libc::F_GETFD) };
+        flags >= 0 && flags & libc::FD_CLOEXEC != 0
+    }
+
+    /// The fallback for kernels without `close_range` (before 5.9 / 5.11) does what the
+    /// system call does, so a node or the guardian never inherits a stray descriptor.
+    #[test]
+    fn the_per_descriptor_fallbacks_mark_and_close_like_close_range() {
+        let fd = inheritable_fd();
+        assert!(!cloexec(fd.as_raw_fd()));
+        assert!(cloexec_each(fd.as_raw_fd()));
+        assert!(
+            cloexec(fd.as_raw_fd()),
+            "marked close-on-exec by the fallback"
+        );
+
+        // A number far above what other tests of this process open, so no thread can be
+        // handed it meanwhile.
+        let source = inheritable_fd();
+        // SAFETY: dup2 onto a free high number; this test then owns it.
+        let doomed = unsafe { libc::dup2(source.as_raw_fd(), 900) };
+        assert_eq!(doomed, 900);
+        assert!(close_each(doomed, doomed));
+        // SAFETY: F_GETFD on a number that must now be closed.
+        assert_eq!(unsafe { libc::fcntl(doomed, libc::F_GETFD) }, -1);
+    }
+}
