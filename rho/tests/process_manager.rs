@@ -407,6 +407,11 @@ fn a_new_session_holding_the_pipes_is_found_and_killed() {
         eventually_gone(escaped),
         "process {escaped} outside the group survived"
     );
+    if rho::containment::owner_root().is_ok() {
+        // The tree's cgroup held the escaped process: it was signalled with the group, so
+        // no pipe holder was left to hunt.
+        return;
+    }
     let detail = end.terminal_detail.unwrap();
     assert!(detail.contains("outside the process group"), "{detail}");
 }
@@ -746,4 +751,52 @@ fn a_confined_manager_cannot_write_outside_its_scratch_directory() {
         scratch.join("s").exists(),
         "written inside the scratch directory"
     );
+}
+
+#[test]
+fn a_descendant_that_left_the_group_dies_with_the_tree() {
+    if let Err(e) = rho::containment::owner_root() {
+        assert!(
+            std::env::var_os("CI").is_none() && std::env::var_os("RHO_REQUIRE_SANDBOX").is_none(),
+            "a delegated cgroup v2 hierarchy is required here: {e}"
+        );
+        eprintln!(
+            "SKIPPED: no delegated cgroup v2 hierarchy, so setsid descendants can escape: {e}"
+        );
+        return;
+    }
+    let (dir, manager) = manager(ProcessLimits::default());
+    let pid_file = dir.path().join("escaped.pid");
+    let started = manager
+        .start(
+            &format!(
+                "setsid sh -c 'echo $$ > {}; exec sleep 300' </dev/null >/dev/null 2>&1 & \
+                 while [ ! -s {} ]; do sleep 0.01; done; echo leader done",
+                pid_file.display(),
+                pid_file.display()
+            ),
+            None,
+        )
+        .unwrap();
+    let (snap, out, _) = run_to_end(&manager, &started.process_id);
+    assert!(out.contains("leader done"), "{out}");
+    assert_eq!(snap.state, ProcessState::Exited, "{snap:?}");
+    let pid: i32 = std::fs::read_to_string(&pid_file)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    // The descendant left the process group; the tree's cgroup still held it.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while std::path::Path::new(&format!("/proc/{pid}")).exists()
+        && std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .map(|s| !s.contains(") Z "))
+            .unwrap_or(false)
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the setsid descendant {pid} survived its tree"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }

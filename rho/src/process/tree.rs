@@ -66,6 +66,9 @@ pub struct ShellTree {
     pidfd: Option<OwnedFd>,
     slot: Option<GuardSlot>,
     reaped: bool,
+    /// The tree's own cgroup, where a delegated cgroup v2 hierarchy exists: descendants that
+    /// leave the process group (`setsid`, double forks) stay inside and die with the tree.
+    cgroup: Option<crate::containment::Cgroup>,
 }
 
 /// The running tree and its output pipes (non-blocking read ends).
@@ -135,6 +138,7 @@ pub fn launch_shell(
     };
     let (out_r, out_w) = pipe("stdout pipe")?;
     let (err_r, err_w) = pipe("stderr pipe")?;
+    let (cgroup, join) = tree_cgroup();
     let child = spawner::launch(LaunchRequest {
         argv,
         envp,
@@ -145,8 +149,9 @@ pub fn launch_shell(
         stdout_fd: out_w.as_raw_fd(),
         stderr_fd: err_w.as_raw_fd(),
         confinement,
-        cgroup_procs_fd: None,
+        cgroup_procs_fd: join.as_ref().map(AsRawFd::as_raw_fd),
     })?;
+    drop(join);
     // Only the tree holds the write ends now: end of file means every holder is gone.
     drop((shell, dir, stdin, out_w, err_w));
     tracing::debug!(pid = child.pid, "background shell started");
@@ -156,10 +161,40 @@ pub fn launch_shell(
             pidfd: child.pidfd,
             slot: Some(child.slot),
             reaped: false,
+            cgroup,
         },
         stdout: File::from(out_r),
         stderr: File::from(err_r),
     })
+}
+
+/// A fresh cgroup for one tree and the descriptor its leader joins through, when this
+/// process can contain trees in cgroups; otherwise the group, the parent-death signal and the
+/// guardian are the containment (a `setsid` descendant can then escape).
+fn tree_cgroup() -> (Option<crate::containment::Cgroup>, Option<OwnedFd>) {
+    let root = match crate::containment::owner_root() {
+        Ok(root) => root,
+        Err(e) => {
+            tracing::debug!(error = %e, "background shells are contained by their process group only");
+            return (None, None);
+        }
+    };
+    let label = format!("process-{}", uuid::Uuid::new_v4().simple());
+    let cgroup = match root.create(&label) {
+        Ok(cgroup) => cgroup,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot create a cgroup for a background shell");
+            return (None, None);
+        }
+    };
+    match cgroup.join_handle() {
+        Ok(join) => (Some(cgroup), Some(join)),
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot open a background shell's cgroup for joining");
+            let _ = cgroup.remove();
+            (None, None)
+        }
+    }
 }
 
 impl ShellTree {
@@ -184,6 +219,9 @@ impl ShellTree {
             Ok(()) | Err(Errno::ESRCH) => {}
             Err(e) => tracing::warn!(pgid = self.pid, "cannot send {signal} to the group: {e}"),
         }
+        if let Some(cgroup) = &self.cgroup {
+            cgroup.signal_members(signal as i32);
+        }
     }
 
     /// The leader's exit, if it has exited, without reaping it (the group id stays reserved).
@@ -204,6 +242,14 @@ impl ShellTree {
         !self.reaped && crate::workflow::exec::group_alive(self.pid)
     }
 
+    /// Whether a process of the tree's cgroup (descendants that left the group included) is
+    /// still there; `false` without a cgroup.
+    pub fn cgroup_populated(&self) -> bool {
+        self.cgroup
+            .as_ref()
+            .is_some_and(|c| c.populated().unwrap_or(true))
+    }
+
     /// Kills the whole group, releases it from the guardian, then reaps the leader (waiting
     /// for it if SIGKILL has not landed yet). Returns the leader's exit status the first
     /// time, `None` after.
@@ -212,13 +258,27 @@ impl ShellTree {
             return None;
         }
         self.signal(Signal::SIGKILL);
+        if let Some(cgroup) = &self.cgroup
+            && let Err(e) = cgroup.kill_and_wait(CGROUP_KILL_WAIT)
+        {
+            tracing::warn!(error = %e, "a background shell's cgroup is not empty yet");
+        }
         if let Some(slot) = self.slot.take() {
             slot.release();
         }
         self.reaped = true;
-        spawner::reap_blocking(self.pid).map(ExitStatus::from_raw)
+        let status = spawner::reap_blocking(self.pid).map(ExitStatus::from_raw);
+        if let Some(cgroup) = &self.cgroup
+            && let Err(e) = cgroup.remove()
+        {
+            tracing::warn!(error = %e, "cannot remove a background shell's cgroup");
+        }
+        status
     }
 }
+
+/// How long killing a tree's cgroup may take before it is reported as not empty.
+const CGROUP_KILL_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 
 impl Drop for ShellTree {
     fn drop(&mut self) {
