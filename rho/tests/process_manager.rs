@@ -789,9 +789,7 @@ fn a_descendant_that_left_the_group_dies_with_the_tree() {
     // The descendant left the process group; the tree's cgroup still held it.
     let deadline = Instant::now() + Duration::from_secs(10);
     while std::path::Path::new(&format!("/proc/{pid}")).exists()
-        && std::fs::read_to_string(format!("/proc/{pid}/stat"))
-            .map(|s| !s.contains(") Z "))
-            .unwrap_or(false)
+        && std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| !s.contains(") Z "))
     {
         assert!(
             Instant::now() < deadline,
