@@ -114,6 +114,17 @@ budgets! {
     expanded_argv_bytes = 8_388_608,
 }
 
+/// Seconds of CPU time granted to the planner worker beyond its wall-time budget: the host's
+/// wall clock is the real limit, the CPU rlimit only backs it up.
+pub const PLANNER_CPU_MARGIN_SECONDS: u64 = 2;
+
+/// The planner worker's `RLIMIT_CPU` soft limit, in seconds, for a wall-time budget of
+/// `wall_ms`: whole seconds rounded up (at least one) plus [`PLANNER_CPU_MARGIN_SECONDS`].
+/// The one rule the host (which passes it) and the worker (whose default it is) share.
+pub fn planner_cpu_seconds(wall_ms: u64) -> u64 {
+    wall_ms.div_ceil(1000).max(1) + PLANNER_CPU_MARGIN_SECONDS
+}
+
 impl Budgets {
     /// Checks `measured` against the budget `name`; `Err` carries the formatted overrun.
     pub fn check(&self, name: &'static str, measured: u64) -> Result<(), BudgetOverrun> {
@@ -133,6 +144,13 @@ impl Budgets {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cpu_limit_rounds_wall_time_up_with_a_margin() {
+        assert_eq!(planner_cpu_seconds(10_000), 10 + PLANNER_CPU_MARGIN_SECONDS);
+        assert_eq!(planner_cpu_seconds(1_001), 2 + PLANNER_CPU_MARGIN_SECONDS);
+        assert_eq!(planner_cpu_seconds(0), 1 + PLANNER_CPU_MARGIN_SECONDS);
+    }
 
     #[test]
     fn overrun_message_has_the_documented_shape() {

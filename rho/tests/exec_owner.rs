@@ -75,7 +75,7 @@ fn act_as_owner(dir: &Path) {
     let waiter = std::thread::spawn(move || running.wait());
     let grandchild = first_line_when_written(&stdout);
     let mut out = std::io::stdout().lock();
-    writeln!(out, "@leader {} {}", leader.pid, leader.start_time_ticks).unwrap();
+    writeln!(out, "@leader {} {}", leader.pid, leader.start_time).unwrap();
     writeln!(out, "@grandchild {grandchild}").unwrap();
     out.flush().unwrap();
     drop(out);

@@ -35,7 +35,7 @@ fn timeout_kills_a_backgrounded_grandchild() {
     assert!(!exec::group_alive(outcome.process.pgid));
     assert!(!exec::process_alive(
         outcome.process.pid,
-        outcome.process.start_time_ticks
+        outcome.process.start_time
     ));
 }
 
@@ -76,7 +76,7 @@ fn cancellation_stops_the_tree() {
     let launch = exec::verify(&ws.root, &frozen_sh(&ws.root), &root_dir()).unwrap();
     let running = exec::spawn(launch, spec).unwrap();
     let identity = running.process();
-    assert!(exec::process_alive(identity.pid, identity.start_time_ticks));
+    assert!(exec::process_alive(identity.pid, identity.start_time));
     let waiter = std::thread::spawn(move || running.wait());
     let grandchild: i32 = first_line_when_written(&stdout).parse().unwrap();
     cancel.cancel();
@@ -97,10 +97,7 @@ fn dropping_a_running_command_kills_its_group() {
     let identity = running.process();
     let grandchild: i32 = first_line_when_written(&ws.path("pid")).parse().unwrap();
     drop(running);
-    assert!(!exec::process_alive(
-        identity.pid,
-        identity.start_time_ticks
-    ));
+    assert!(!exec::process_alive(identity.pid, identity.start_time));
     assert!(eventually_gone(grandchild));
 }
 

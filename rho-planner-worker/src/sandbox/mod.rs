@@ -28,8 +28,8 @@ use rho_ipc::message::{HardeningReport, ProtectionStatus, SandboxMode};
 pub use rho_ipc::message::PROTECTIONS;
 
 /// Seconds of CPU time granted beyond the wall-time budget before the kernel stops the
-/// worker; the host's wall-time kill is the real bound, this only backs it up.
-pub const CPU_MARGIN_SECONDS: u64 = 2;
+/// worker (the rule is shared with the host: [`rho_ipc::budget::planner_cpu_seconds`]).
+pub use rho_ipc::budget::PLANNER_CPU_MARGIN_SECONDS as CPU_MARGIN_SECONDS;
 
 /// Why hardening, argument parsing or a rule builder failed.
 #[derive(Debug, thiserror::Error)]
@@ -154,7 +154,7 @@ impl Default for HardeningOptions {
         let budgets = Budgets::default();
         Self {
             address_space_bytes: budgets.planner_address_space_bytes,
-            cpu_seconds: budgets.planner_wall_ms.div_ceil(1000) + CPU_MARGIN_SECONDS,
+            cpu_seconds: rho_ipc::budget::planner_cpu_seconds(budgets.planner_wall_ms),
             required_landlock_abi: None,
             parent_pid: None,
             omit: None,

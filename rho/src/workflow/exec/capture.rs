@@ -414,7 +414,7 @@ pub(super) fn start(launch: Verified, spec: CommandSpec) -> Result<Supervised, E
     let process = ProcessIdentity {
         pid: child.pid,
         pgid: child.pid,
-        start_time_ticks,
+        start_time: start_time_ticks,
     };
     tracing::debug!(pid = child.pid, "command started");
     Ok(Supervised {

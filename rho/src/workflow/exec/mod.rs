@@ -239,16 +239,9 @@ pub struct ExpectedDirectories {
 }
 
 /// How a process of an attempt can be recognised later (journaled before the runner relies
-/// on it): the pid alone may be reused, pid plus start time may not.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ProcessIdentity {
-    /// The leader's pid.
-    pub pid: i32,
-    /// The node's process group (equal to `pid`).
-    pub pgid: i32,
-    /// Field 22 of `/proc/<pid>/stat`: start time in clock ticks after boot.
-    pub start_time_ticks: u64,
-}
+/// on it): the pid alone may be reused, pid plus start time may not. One type with the
+/// journal's, so nothing converts between two shapes.
+pub use crate::workflow::state::ProcessIdentity;
 
 /// How a command ended.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

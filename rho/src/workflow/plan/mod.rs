@@ -761,6 +761,32 @@ mod tests {
         ));
         assert!(error_chain(&err).contains(": "), "{}", error_chain(&err));
     }
+
+    /// One process identity (the journal's) and one CPU-margin rule (shared with the worker
+    /// through `rho_ipc`), so the executor and the runner, or the host and the worker, cannot
+    /// drift apart.
+    #[test]
+    fn process_identity_and_cpu_margin_are_defined_once() {
+        fn same(
+            p: crate::workflow::exec::ProcessIdentity,
+        ) -> crate::workflow::state::ProcessIdentity {
+            p
+        }
+        let p = crate::workflow::state::ProcessIdentity {
+            pid: 1,
+            pgid: 1,
+            start_time: 7,
+        };
+        assert_eq!(same(p), p);
+        assert!(!include_str!("../exec/mod.rs").contains("pub struct ProcessIdentity"));
+        assert!(!include_str!("worker.rs").contains("const CPU_MARGIN_SECONDS"));
+        for wall_ms in [1, 999, 1_000, 10_000, 86_400_000] {
+            assert_eq!(
+                worker::cpu_seconds(wall_ms),
+                rho_ipc::budget::planner_cpu_seconds(wall_ms)
+            );
+        }
+    }
     use rho_ipc::evaluated::SourceSpan;
 
     fn at(line: u32, column: u32) -> Diagnostic {

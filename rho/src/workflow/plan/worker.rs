@@ -27,10 +27,6 @@ use rho_ipc::message::{Envelope, HardeningReport, HostMessage, SandboxMode, Work
 /// The worker executable's file name.
 pub const WORKER_NAME: &str = "rho-planner-worker";
 
-/// Seconds of CPU time granted beyond the wall-time budget (the host's wall clock is the
-/// real limit; the CPU rlimit only backs it up).
-const CPU_MARGIN_SECONDS: u64 = 2;
-
 /// Bytes of the worker's stderr kept for error messages.
 const STDERR_TAIL_BYTES: usize = 16 * 1024;
 
@@ -160,9 +156,10 @@ pub struct WorkerCommand {
     pub omit: Option<&'static str>,
 }
 
-/// The worker's `RLIMIT_CPU` soft limit in seconds for a wall-time budget.
+/// The worker's `RLIMIT_CPU` soft limit in seconds for a wall-time budget (the rule shared
+/// with the worker, [`rho_ipc::budget::planner_cpu_seconds`]).
 pub fn cpu_seconds(wall_ms: u64) -> u64 {
-    wall_ms.div_ceil(1000).max(1) + CPU_MARGIN_SECONDS
+    rho_ipc::budget::planner_cpu_seconds(wall_ms)
 }
 
 impl WorkerCommand {

@@ -367,11 +367,7 @@ fn run_command(
     let _ = tx.send(WorkerMsg::Launched {
         node: node.id.clone(),
         attempt,
-        process: ProcessIdentity {
-            pid: p.pid,
-            pgid: p.pgid,
-            start_time: p.start_time_ticks,
-        },
+        process: p,
     });
     let outcome = running.wait();
     let stdout = artifact(&node.id, attempt, "stdout", &outcome.stdout);
