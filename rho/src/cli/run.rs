@@ -17,7 +17,6 @@
 
 use std::io::{IsTerminal as _, Read as _, Write as _};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::Duration;
 
@@ -25,15 +24,12 @@ use clap::{Args, ValueEnum};
 use serde_json::{Value, json};
 
 use super::exit::{CliError, CliResult, ExitCode};
-use super::session_args::SessionArgs;
-use crate::agents::binder::Invocation;
+use super::session_args::{RootPlace, SessionArgs};
 use crate::agents::{Catalog, CatalogSources};
 use crate::paths::{self, RhoHome};
 use crate::runtime::agent_loop::{LoopEvent, Session, SessionLimits, TurnEnd};
-use crate::runtime::delegation::manager::DelegationSetup;
 use crate::runtime::delegation::status::{RunRuntime, RunState, RunStatus};
-use crate::runtime::launch::{self, LaunchRequest};
-use crate::runtime::provider::select::process_env;
+use crate::runtime::launch;
 use crate::runtime::transcript::Transcript;
 use crate::workflow::exec::CancelToken;
 
@@ -303,57 +299,32 @@ pub fn run_run(args: &RunArgs, session_args: &SessionArgs) -> CliResult {
         .agent
         .clone()
         .unwrap_or_else(|| launch::DEFAULT_AGENT.to_owned());
-    let capabilities = crate::runtime::host::host_capabilities(session_args.no_subagents);
-    let env = |name: &str| process_env(name);
-    let prepared = launch::prepare(&LaunchRequest {
+    let place = RootPlace {
         home: &home,
         config: &config,
         workspace: &workspace,
         catalog: &catalog,
-        agent: &agent_id,
-        overrides: &overrides,
-        capabilities: &capabilities,
-        invocation: Invocation::Root,
-        permission_mode,
-        no_system_prompt: session_args.no_system_prompt,
-        env: &env,
-    })
-    .map_err(|e| {
-        if e.is_authentication() {
-            CliError::operational(e.to_string())
-        } else {
-            CliError::invalid(crate::workflow::plan::error_chain(&e))
-        }
-    })?;
+    };
+    let prepared = session_args
+        .prepare_root(&place, &agent_id, &overrides, permission_mode)
+        .map_err(|e| {
+            if e.is_authentication() {
+                CliError::operational(e.to_string())
+            } else {
+                CliError::invalid(crate::workflow::plan::error_chain(&e))
+            }
+        })?;
 
     let cancel = CancelToken::new();
     let (session_id, session_dir) = launch::new_session_dir(&home, &workspace);
-    let tools = crate::runtime::host::tool_host(
-        &crate::runtime::host::HostRequest {
-            home: &home,
-            config: &config,
-            workspace: &workspace,
-            capabilities: &prepared.capabilities,
-            permission_mode: mode_selection,
-            no_tools: session_args.no_tools,
-            no_subagents: session_args.no_subagents,
-            headless: true,
-            read_only: false,
-        },
+    let tools = session_args.root_tools(
+        &place,
+        &prepared,
+        mode_selection,
+        &overrides,
+        &session_id,
         None,
-        None,
-        Some(DelegationSetup {
-            home: home.clone(),
-            config: Arc::new(config.clone()),
-            workspace: workspace.clone(),
-            catalog: Arc::new(catalog.clone()),
-            overrides: overrides.clone(),
-            permission_mode: mode_selection,
-            parent_session_id: Some(session_id.clone()),
-            background: false,
-        }),
-    )
-    .map_err(|e| CliError::invalid(crate::workflow::plan::error_chain(&e)))?;
+    )?;
     let transcript = Transcript::create(&session_dir).map_err(|e| {
         CliError::operational(format!(
             "cannot create the session transcript in {}: {e}",

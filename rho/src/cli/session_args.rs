@@ -3,14 +3,23 @@
 //! `--no-system-prompt`, `--no-subagents` and `--permission-mode`. They are global, as in
 //! Rho 1.47, so they may come before or after the subcommand.
 
+use std::path::Path;
+use std::sync::Arc;
+
 use clap::Args;
 use rho_policy::{ModeSelection, PermissionMode};
 
 use super::exit::CliError;
-use crate::agents::Reasoning;
+use crate::agents::binder::Invocation;
+use crate::agents::{Catalog, Reasoning};
 use crate::config::Config;
+use crate::paths::RhoHome;
 use crate::permissions::mode::select_process_mode;
+use crate::runtime::delegation::manager::DelegationSetup;
+use crate::runtime::host::{HostRequest, Interaction, SessionTools, host_capabilities, tool_host};
+use crate::runtime::launch::{self, LaunchError, LaunchRequest, PreparedAgent};
 use crate::runtime::provider::select::ModelOverrides;
+use crate::runtime::provider::select::process_env;
 
 /// Session selection flags.
 #[derive(Debug, Clone, Default, Args)]
@@ -91,5 +100,87 @@ impl SessionArgs {
     pub fn mode_selection(&self, config: &Config) -> Result<ModeSelection, CliError> {
         select_process_mode(self.permission_mode.as_deref(), config)
             .map_err(|e| CliError::invalid(e.to_string()))
+    }
+}
+
+/// Where a root session (`rho run`, the interactive session) runs: what its agent is bound
+/// against and its tools act on.
+#[derive(Debug, Clone, Copy)]
+pub struct RootPlace<'a> {
+    /// The data directory.
+    pub home: &'a RhoHome,
+    /// The configuration.
+    pub config: &'a Config,
+    /// The canonical workspace.
+    pub workspace: &'a Path,
+    /// The agent catalog.
+    pub catalog: &'a Catalog,
+}
+
+impl SessionArgs {
+    /// Binds `agent` as a root invocation with these flags and resolves its model.
+    pub fn prepare_root(
+        &self,
+        place: &RootPlace<'_>,
+        agent: &str,
+        overrides: &ModelOverrides,
+        permission_mode: PermissionMode,
+    ) -> Result<PreparedAgent, LaunchError> {
+        let capabilities = host_capabilities(self.no_subagents);
+        let env = |name: &str| process_env(name);
+        launch::prepare(&LaunchRequest {
+            home: place.home,
+            config: place.config,
+            workspace: place.workspace,
+            catalog: place.catalog,
+            agent,
+            overrides,
+            capabilities: &capabilities,
+            invocation: Invocation::Root,
+            permission_mode,
+            no_system_prompt: self.no_system_prompt,
+            env: &env,
+        })
+    }
+
+    /// The tools of root session `session_id`: the granted ones under `mode`, children started
+    /// with the same flags, and `interaction` as the person to ask (`None`: headless, so
+    /// approvals fail closed and background delegation is unavailable).
+    pub fn root_tools(
+        &self,
+        place: &RootPlace<'_>,
+        prepared: &PreparedAgent,
+        mode: ModeSelection,
+        overrides: &ModelOverrides,
+        session_id: &str,
+        interaction: Option<Interaction>,
+    ) -> Result<Arc<SessionTools>, CliError> {
+        let interactive = interaction.is_some();
+        tool_host(
+            &HostRequest {
+                home: place.home,
+                config: place.config,
+                workspace: place.workspace,
+                capabilities: &prepared.capabilities,
+                permission_mode: mode,
+                no_tools: self.no_tools,
+                no_subagents: self.no_subagents,
+                headless: !interactive,
+                read_only: false,
+            },
+            interaction,
+            None,
+            Some(DelegationSetup {
+                home: place.home.clone(),
+                config: Arc::new(place.config.clone()),
+                workspace: place.workspace.to_path_buf(),
+                catalog: Arc::new(place.catalog.clone()),
+                overrides: overrides.clone(),
+                permission_mode: mode,
+                parent_session_id: Some(session_id.to_owned()),
+                background: interactive,
+            }),
+        )
+        .map_err(|e| CliError::invalid(crate::workflow::plan::error_chain(&e)))
     }
 }

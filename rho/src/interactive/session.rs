@@ -19,17 +19,14 @@ use serde_json::json;
 use super::commands::{self, Input, SlashCommand};
 use super::render::Renderer;
 use super::store::{self, SESSION_FORMAT, SessionMeta, SessionRecord, SessionStore, SessionWriter};
-use crate::agents::binder::Invocation;
 use crate::agents::{Catalog, CatalogSources};
 use crate::cli::exit::{CliError, CliResult, ExitCode};
-use crate::cli::session_args::SessionArgs;
+use crate::cli::session_args::{RootPlace, SessionArgs};
 use crate::config::Config;
 use crate::paths::{self, RhoHome};
 use crate::runtime::agent_loop::{LoopEvent, Session, SessionLimits, TurnEnd};
-use crate::runtime::delegation::manager::DelegationSetup;
-use crate::runtime::launch::{self, LaunchRequest};
+use crate::runtime::launch;
 use crate::runtime::provider::Message;
-use crate::runtime::provider::select::process_env;
 use crate::runtime::transcript::Transcript;
 use crate::workflow::exec::CancelToken;
 
@@ -210,22 +207,15 @@ impl Interactive {
         }
         let mode_selection = session_args.mode_selection(&config)?;
         let permission_mode = mode_selection.mode;
-        let capabilities = crate::runtime::host::host_capabilities(session_args.no_subagents);
-        let env = |name: &str| process_env(name);
-        let prepared = launch::prepare(&LaunchRequest {
+        let place = RootPlace {
             home: &home,
             config: &config,
             workspace: &workspace,
             catalog: &catalog,
-            agent: &agent_id,
-            overrides: &overrides,
-            capabilities: &capabilities,
-            invocation: Invocation::Root,
-            permission_mode,
-            no_system_prompt: session_args.no_system_prompt,
-            env: &env,
-        })
-        .map_err(|e| CliError::invalid(crate::workflow::plan::error_chain(&e)))?;
+        };
+        let prepared = session_args
+            .prepare_root(&place, &agent_id, &overrides, permission_mode)
+            .map_err(|e| CliError::invalid(crate::workflow::plan::error_chain(&e)))?;
         let (session_id, session_dir, transcript, messages, writer) = if let Some(loaded) = resumed
         {
             {
@@ -268,32 +258,14 @@ impl Interactive {
                 (id, dir, transcript, Vec::new(), None)
             }
         };
-        let tools = crate::runtime::host::tool_host(
-            &crate::runtime::host::HostRequest {
-                home: &home,
-                config: &config,
-                workspace: &workspace,
-                capabilities: &prepared.capabilities,
-                permission_mode: mode_selection,
-                no_tools: session_args.no_tools,
-                no_subagents: session_args.no_subagents,
-                headless: false,
-                read_only: false,
-            },
+        let tools = session_args.root_tools(
+            &place,
+            &prepared,
+            mode_selection,
+            &overrides,
+            &session_id,
             Some(super::approval::interaction(turn_cancelled.clone())),
-            None,
-            Some(DelegationSetup {
-                home: home.clone(),
-                config: Arc::new(config.clone()),
-                workspace: workspace.clone(),
-                catalog: Arc::new(catalog.clone()),
-                overrides: overrides.clone(),
-                permission_mode: mode_selection,
-                parent_session_id: Some(session_id.clone()),
-                background: true,
-            }),
-        )
-        .map_err(|e| CliError::invalid(crate::workflow::plan::error_chain(&e)))?;
+        )?;
         let model_label = prepared.client.choice().label();
         let fingerprint = prepared.bound.fingerprint.clone();
         let saved = messages.len();
@@ -554,21 +526,15 @@ impl Interactive {
         overrides.model = Some(model.to_owned());
         overrides.provider = None;
         let permission_mode = self.session_args.permission_mode(&self.config)?;
-        let capabilities = crate::runtime::host::host_capabilities(self.session_args.no_subagents);
-        let env = |name: &str| process_env(name);
-        let prepared = launch::prepare(&LaunchRequest {
+        let place = RootPlace {
             home: &self.home,
             config: &self.config,
             workspace: &self.workspace,
             catalog: &self.catalog,
-            agent: &self.agent_id,
-            overrides: &overrides,
-            capabilities: &capabilities,
-            invocation: Invocation::Root,
-            permission_mode,
-            no_system_prompt: self.session_args.no_system_prompt,
-            env: &env,
-        });
+        };
+        let prepared =
+            self.session_args
+                .prepare_root(&place, &self.agent_id, &overrides, permission_mode);
         match prepared {
             Ok(prepared) => {
                 self.model_label = prepared.client.choice().label();
