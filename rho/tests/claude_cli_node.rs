@@ -6,25 +6,12 @@
 
 mod run_support;
 
-use std::path::PathBuf;
 use std::process::Command;
 
 use rho_e2e::model_server::{ModelServer, Reply};
 use run_support::{Env, code, text};
 
-fn claude_binary() -> Option<PathBuf> {
-    if let Some(path) = std::env::var_os("RHO_TEST_CLAUDE") {
-        return Some(PathBuf::from(path));
-    }
-    let required = std::env::var_os("CI").is_some()
-        || std::env::var_os("RHO_REQUIRE_SANDBOX").is_some_and(|v| v == "1");
-    assert!(
-        !required,
-        "RHO_TEST_CLAUDE is not set: the real Claude Code CLI is required here"
-    );
-    eprintln!("SKIPPED: RHO_TEST_CLAUDE is not set (see .ci/install-clients)");
-    None
-}
+use rho_e2e::claude_binary;
 
 const WORKFLOW: &str = r#"
 def build(inputs):

@@ -26,29 +26,7 @@ use rho_e2e::model_server::{ModelServer, Reply, ScriptedTurn};
 use rho_policy::PermissionMode;
 use serde_json::json;
 
-fn claude_binary() -> Option<PathBuf> {
-    if let Some(path) = std::env::var_os("RHO_TEST_CLAUDE") {
-        let path = PathBuf::from(path);
-        assert!(
-            path.exists(),
-            "RHO_TEST_CLAUDE={} does not exist",
-            path.display()
-        );
-        return Some(path);
-    }
-    let required = std::env::var_os("CI").is_some()
-        || std::env::var_os("RHO_REQUIRE_SANDBOX").is_some_and(|v| v == "1");
-    assert!(
-        !required,
-        "RHO_TEST_CLAUDE is not set: the real Claude Code CLI is required here (.ci/install-clients)"
-    );
-    eprintln!(
-        "SKIPPED: RHO_TEST_CLAUDE is not set; install the pinned Claude Code with \
-         `bash .ci/install-clients /opt/rho-clients` and export \
-         RHO_TEST_CLAUDE=/opt/rho-clients/npm/node_modules/.bin/claude"
-    );
-    None
-}
+use rho_e2e::claude_binary;
 
 fn launch(definition: &str, mode: PermissionMode, max_turns: Option<u32>) -> ClaudeLaunch {
     let def = load_definition_text(Path::new("/defs/probe.md"), definition).unwrap();

@@ -36,6 +36,33 @@ pub fn skip_or_fail(test: &str, reason: &str) {
     eprintln!("SKIPPING {test}: {reason}; set CI or RHO_REQUIRE_SANDBOX=1 to make this a failure");
 }
 
+/// The real Claude Code CLI the tests drive (`RHO_TEST_CLAUDE`, installed by
+/// `.ci/install-clients`). Without it: a failure under CI or `RHO_REQUIRE_SANDBOX=1`, else
+/// `None` after saying loudly why the test skips.
+pub fn claude_binary() -> Option<PathBuf> {
+    if let Some(path) = std::env::var_os("RHO_TEST_CLAUDE") {
+        let path = PathBuf::from(path);
+        assert!(
+            path.exists(),
+            "RHO_TEST_CLAUDE={} does not exist",
+            path.display()
+        );
+        return Some(path);
+    }
+    let required = std::env::var_os("CI").is_some()
+        || std::env::var_os("RHO_REQUIRE_SANDBOX").is_some_and(|v| v == "1");
+    assert!(
+        !required,
+        "RHO_TEST_CLAUDE is not set: the real Claude Code CLI is required here (.ci/install-clients)"
+    );
+    eprintln!(
+        "SKIPPED: RHO_TEST_CLAUDE is not set; install the pinned Claude Code with \
+         `bash .ci/install-clients /opt/rho-clients` and export \
+         RHO_TEST_CLAUDE=/opt/rho-clients/npm/node_modules/.bin/claude"
+    );
+    None
+}
+
 /// Path of a built binary, with a clear failure when it is missing.
 pub fn binary(name: &str) -> PathBuf {
     let path = bin_dir().join(name);
