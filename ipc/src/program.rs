@@ -461,7 +461,7 @@ pub enum Execution {
 /// Where a frozen file lives. Workspace files are recorded relative to the workspace so
 /// that a copied workspace plans to the same digest; files elsewhere carry their machine
 /// identity too.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(tag = "root", rename_all = "snake_case", deny_unknown_fields)]
 pub enum FileLocation {
     /// Inside the workspace: a `/`-separated relative path (`.` for the workspace itself).
@@ -481,7 +481,7 @@ pub enum FileLocation {
 }
 
 /// The frozen identity of a regular file.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct FileIdentity {
     /// Where it lives.

@@ -38,7 +38,7 @@ mod verify;
 #[cfg(target_os = "linux")]
 pub use liveness::{group_alive, process_alive, process_start_time};
 #[cfg(target_os = "linux")]
-pub use verify::{verify, verify_in};
+pub use verify::{verify, verify_in, verify_with};
 
 /// The grace period between SIGTERM and SIGKILL when a node's group is stopped.
 pub const DEFAULT_KILL_GRACE: Duration = Duration::from_secs(2);
@@ -310,6 +310,32 @@ pub struct CommandOutcome {
     pub duration: Duration,
 }
 
+/// The sealed copies of one run's frozen executables, interpreters and scripts: each is
+/// verified against its frozen identity at its first launch in the run, and every later
+/// launch runs that same sealed copy (see [`verify_with`]). Shared by the run's workers.
+#[derive(Debug, Default)]
+pub struct VerifiedExecutables {
+    #[cfg(target_os = "linux")]
+    inner: verify::SealedCopies,
+}
+
+impl VerifiedExecutables {
+    /// No copy yet.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// How many times a frozen file was opened, compared with its identity and copied
+    /// (once per distinct file, unless its verification failed or the run's bound on kept
+    /// copies was reached).
+    pub fn verifications(&self) -> u64 {
+        #[cfg(target_os = "linux")]
+        return self.inner.verifications();
+        #[cfg(not(target_os = "linux"))]
+        0
+    }
+}
+
 /// Verified handles, ready to launch. Dropping it closes them.
 #[derive(Debug)]
 pub struct VerifiedLaunch {
@@ -378,6 +404,20 @@ pub fn verify(
     _workspace: &std::path::Path,
     _program: &rho_ipc::program::FrozenExecutable,
     _cwd: &rho_ipc::program::FrozenDirectory,
+) -> Result<VerifiedLaunch, VerifyError> {
+    Err(VerifyError::Unsupported {
+        target: std::env::consts::OS,
+    })
+}
+
+/// Verification is unavailable off Linux: fail closed.
+#[cfg(not(target_os = "linux"))]
+pub fn verify_with(
+    _workspace: &std::path::Path,
+    _expected: ExpectedDirectories,
+    _program: &rho_ipc::program::FrozenExecutable,
+    _cwd: &rho_ipc::program::FrozenDirectory,
+    _copies: &VerifiedExecutables,
 ) -> Result<VerifiedLaunch, VerifyError> {
     Err(VerifyError::Unsupported {
         target: std::env::consts::OS,

@@ -4,6 +4,13 @@
 //! into it, and it is sealed against any change before its digest is compared; so what
 //! `execveat` runs is exactly what matched the frozen digest, whatever happens to the file
 //! on disk afterwards.
+//!
+//! One run verifies each frozen file once ([`SealedCopies`]): the first launch that needs
+//! it opens it without following links, compares it with its frozen identity and seals a
+//! copy; every later launch of the run runs that same copy without reading the disk again.
+//! That is the point of the sealed copy: what runs is the frozen digest, and a file changed
+//! on disk after its first use in the run cannot reach a launch. The working directory and
+//! the workspace are still checked at every launch (a node runs where it was frozen).
 
 use std::collections::HashMap;
 use std::ffi::OsString;
@@ -11,7 +18,8 @@ use std::fs::File;
 use std::io::{self, Read as _, Write as _};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::path::Path;
-use std::sync::{Arc, LazyLock, Mutex};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use nix::fcntl::{FcntlArg, OFlag, SealFlag, fcntl};
 use nix::sys::memfd::{MFdFlags, memfd_create};
@@ -23,10 +31,9 @@ use crate::workflow::identity::{
     FileFacts, display_location, open_absolute_nofollow, open_frozen, open_nofollow_in,
 };
 
-/// Sealed copies kept per process (entries) and their total size, so repeated launches of
-/// one binary skip the copy; beyond either bound the cache starts over.
-const CACHE_MAX_ENTRIES: usize = 256;
-const CACHE_MAX_BYTES: u64 = 512 * 1024 * 1024;
+/// The total size of the sealed copies one run keeps for reuse. A file that would go beyond
+/// it is still verified and sealed for its launch, but verified again at its next one.
+const KEPT_MAX_BYTES: u64 = 512 * 1024 * 1024;
 
 /// A sealed, read-only in-memory copy of verified bytes.
 #[derive(Debug)]
@@ -65,10 +72,55 @@ impl Verified {
     }
 }
 
-/// Cache key: the facts that change whenever the content can have changed (`ctime` cannot
-/// be set back by an unprivileged writer).
-static SEALED_CACHE: LazyLock<Mutex<HashMap<FileFacts, Arc<Sealed>>>> =
-    LazyLock::new(|| Mutex::new(HashMap::new()));
+/// One slot per frozen file: filled by the first successful verification.
+type Slot = Arc<Mutex<Option<Arc<Sealed>>>>;
+
+/// The sealed copies of one run, one per frozen file identity, each verified once.
+#[derive(Debug, Default)]
+pub(super) struct SealedCopies {
+    slots: Mutex<HashMap<FileIdentity, Slot>>,
+    kept_bytes: AtomicU64,
+    verifications: AtomicU64,
+}
+
+impl SealedCopies {
+    /// How many times a frozen file was opened, checked and copied.
+    pub(super) fn verifications(&self) -> u64 {
+        self.verifications.load(Ordering::Relaxed)
+    }
+
+    /// The sealed copy of `frozen`: the one this run already verified, or a new one,
+    /// verified now. Concurrent first uses of one file wait for a single verification.
+    fn get(
+        &self,
+        ws: BorrowedFd<'_>,
+        role: &'static str,
+        frozen: &FileIdentity,
+    ) -> Result<Arc<Sealed>, VerifyError> {
+        let slot = {
+            let mut slots = self.slots.lock().unwrap_or_else(PoisonError::into_inner);
+            Arc::clone(slots.entry(frozen.clone()).or_default())
+        };
+        let mut slot = slot.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(sealed) = slot.as_ref() {
+            return Ok(Arc::clone(sealed));
+        }
+        self.verifications.fetch_add(1, Ordering::Relaxed);
+        let sealed = verify_file(ws, role, frozen)?;
+        tracing::debug!(
+            role,
+            path = %display_location(&frozen.location, None),
+            sha256 = %sealed.sha256,
+            "verified a frozen file and sealed a copy for this run"
+        );
+        let kept = self.kept_bytes.load(Ordering::Relaxed);
+        if kept.saturating_add(sealed.size) <= KEPT_MAX_BYTES {
+            self.kept_bytes.fetch_add(sealed.size, Ordering::Relaxed);
+            *slot = Some(Arc::clone(&sealed));
+        }
+        Ok(sealed)
+    }
+}
 
 /// Opens the executable, interpreter and working directory without following symbolic
 /// links, compares them with their frozen identities, and returns sealed copies ready to
@@ -94,6 +146,26 @@ pub fn verify_in(
     program: &FrozenExecutable,
     cwd: &FrozenDirectory,
 ) -> Result<VerifiedLaunch, VerifyError> {
+    verify_with(
+        workspace,
+        expected,
+        program,
+        cwd,
+        &super::VerifiedExecutables::new(),
+    )
+}
+
+/// [`verify_in`] for one launch of a run: the executable (and interpreter) come from the
+/// run's sealed copies, verified at their first use in the run; the workspace and the
+/// working directory are opened and checked now.
+pub fn verify_with(
+    workspace: &Path,
+    expected: super::ExpectedDirectories,
+    program: &FrozenExecutable,
+    cwd: &FrozenDirectory,
+    copies: &super::VerifiedExecutables,
+) -> Result<VerifiedLaunch, VerifyError> {
+    let copies = &copies.inner;
     let workspace_fd = open_absolute_nofollow(workspace, OFlag::O_RDONLY | OFlag::O_DIRECTORY)
         .map_err(|source| VerifyError::Workspace {
             path: workspace.display().to_string(),
@@ -103,7 +175,7 @@ pub fn verify_in(
     if let Some(identity) = expected.workspace {
         check_directory(ws, "workspace", &workspace.display().to_string(), identity)?;
     }
-    let executable = verify_file(ws, "executable", &program.file)?;
+    let executable = copies.get(ws, "executable", &program.file)?;
     let inner = match &program.interpreter {
         None => {
             if executable.shebang {
@@ -120,7 +192,7 @@ pub fn verify_in(
             }
         }
         Some(interpreter) => {
-            let sealed = verify_file(ws, "interpreter", &interpreter.file)?;
+            let sealed = copies.get(ws, "interpreter", &interpreter.file)?;
             if sealed.shebang {
                 // The kernel would resolve the nested interpreter by path.
                 return Err(VerifyError::UnfrozenInterpreter {
@@ -252,13 +324,14 @@ fn verify_file(
             frozen.size, facts.size
         )));
     }
-    let sealed = sealed_copy(fd, &facts).map_err(|err| match err {
+    let sealed = copy_and_seal(File::from(fd), facts.size).map_err(|err| match err {
         CopyError::Io(source) => seal_error(source),
         CopyError::Grew { copied } => changed(format!(
             "was modified while being verified: size expected {} bytes, read {copied} bytes",
             facts.size
         )),
     })?;
+    let sealed = Arc::new(sealed);
     if sealed.sha256 != frozen.sha256 {
         return Err(changed(format!(
             "sha256 expected {} found {}",
@@ -278,25 +351,6 @@ impl From<io::Error> for CopyError {
     fn from(err: io::Error) -> Self {
         CopyError::Io(err)
     }
-}
-
-/// The sealed copy of an opened file, from the cache when the file's facts are unchanged
-/// since it was copied in this process.
-fn sealed_copy(fd: OwnedFd, facts: &FileFacts) -> Result<Arc<Sealed>, CopyError> {
-    if let Ok(cache) = SEALED_CACHE.lock()
-        && let Some(hit) = cache.get(facts)
-    {
-        return Ok(Arc::clone(hit));
-    }
-    let sealed = Arc::new(copy_and_seal(File::from(fd), facts.size)?);
-    if let Ok(mut cache) = SEALED_CACHE.lock() {
-        let cached_bytes: u64 = cache.values().map(|s| s.size).sum();
-        if cache.len() >= CACHE_MAX_ENTRIES || cached_bytes + sealed.size > CACHE_MAX_BYTES {
-            cache.clear();
-        }
-        cache.insert(*facts, Arc::clone(&sealed));
-    }
-    Ok(sealed)
 }
 
 /// Copies `file` into a new memfd, hashing exactly the bytes copied, then seals the memfd
@@ -410,6 +464,47 @@ mod tests {
         if let Ok(mut w) = reopened {
             assert!(w.write_all(b"x").is_err());
         }
+    }
+
+    #[test]
+    fn a_run_verifies_each_frozen_file_once_and_keeps_its_copy() {
+        let (_dir, ws) = workspace();
+        std::fs::write(ws.join("tool"), b"\x7fELF-one").unwrap();
+        let frozen = identity_of(
+            &ws.join("tool"),
+            FileLocation::Workspace {
+                path: "tool".to_owned(),
+            },
+        );
+        let program = FrozenExecutable {
+            file: frozen,
+            interpreter: None,
+        };
+        let here = FrozenDirectory {
+            path: ".".to_owned(),
+        };
+        let copies = super::super::VerifiedExecutables::new();
+        let expected = super::super::ExpectedDirectories::default();
+        let first = verify_with(&ws, expected, &program, &here, &copies).unwrap();
+        // Rewritten after its first use: later launches of the run keep the verified copy.
+        std::fs::write(ws.join("tool"), b"\x7fELF-two").unwrap();
+        let second = verify_with(&ws, expected, &program, &here, &copies).unwrap();
+        assert_eq!(copies.verifications(), 1);
+        assert_eq!(
+            first.inner.program.raw_fd(),
+            second.inner.program.raw_fd(),
+            "one sealed copy serves both launches"
+        );
+        // Another run (new copies) verifies again and refuses the changed file.
+        let err = verify_with(
+            &ws,
+            expected,
+            &program,
+            &here,
+            &super::super::VerifiedExecutables::new(),
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("sha256 expected"), "{err}");
     }
 
     #[test]

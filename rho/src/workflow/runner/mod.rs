@@ -249,6 +249,7 @@ fn shared(
         observer: Arc::clone(&ctx.observer),
         agents: Arc::clone(&ctx.agents),
         checkout: Some(Arc::new(checkout)),
+        executables: exec::VerifiedExecutables::new(),
     }))
 }
 

@@ -76,6 +76,8 @@ pub(super) struct Shared {
     pub observer: Arc<dyn RunObserver>,
     pub agents: Arc<dyn AgentExecutor>,
     pub checkout: Option<Arc<CheckoutLock>>,
+    /// The run's sealed copies of its frozen executables, each verified at its first use.
+    pub executables: exec::VerifiedExecutables,
 }
 
 /// What to run, already rendered by the owner.
@@ -315,7 +317,13 @@ fn run_command(
             .get(&cwd.path)
             .map(|d| (d.device, d.inode)),
     };
-    let launch = match exec::verify_in(&shared.workspace, expected, program, cwd) {
+    let launch = match exec::verify_with(
+        &shared.workspace,
+        expected,
+        program,
+        cwd,
+        &shared.executables,
+    ) {
         Ok(launch) => launch,
         Err(e) => {
             return failed_unless_cancelled(cancel, format!("verification failed: {e}"));
