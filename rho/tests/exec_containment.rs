@@ -13,7 +13,7 @@ use std::time::Duration;
 use exec_support::{
     Workspace, eventually_gone, first_line_when_written, frozen_sh, read, root_dir, run,
 };
-use rho::containment::{self, Cgroup};
+use rho::containment::{self, Cgroup, Tree};
 use rho::workflow::exec::{self, CommandExit, CommandSpec};
 
 const LONG: Duration = Duration::from_mins(1);
@@ -43,7 +43,7 @@ fn contained(ws: &Workspace, argv: &[&str], timeout: Duration, label: &str) -> O
     let cgroup = cgroup(label)?;
     let mut spec = ws.spec(argv, timeout);
     spec.kill_grace = Duration::from_millis(200);
-    spec.cgroup = Some(cgroup);
+    spec.containment = Some(Tree::Cgroup(cgroup));
     Some(spec)
 }
 
@@ -65,7 +65,14 @@ fn timeout_kills_a_descendant_that_left_the_group_with_setsid() {
     ) else {
         return;
     };
-    let path = spec.cgroup.as_ref().unwrap().path().to_owned();
+    let path = spec
+        .containment
+        .as_ref()
+        .unwrap()
+        .cgroup()
+        .unwrap()
+        .path()
+        .to_owned();
     let outcome = run(&ws, &frozen_sh(&ws.root), &root_dir(), spec);
     assert_eq!(outcome.exit, CommandExit::Timeout);
     let escaped: i32 = read(&ws.path("pid")).trim().parse().unwrap();
@@ -93,7 +100,14 @@ fn cancellation_kills_a_double_forked_descendant() {
     ) else {
         return;
     };
-    let path = spec.cgroup.as_ref().unwrap().path().to_owned();
+    let path = spec
+        .containment
+        .as_ref()
+        .unwrap()
+        .cgroup()
+        .unwrap()
+        .path()
+        .to_owned();
     let cancel = spec.cancel.clone();
     let launch = exec::verify(&ws.root, &frozen_sh(&ws.root), &root_dir()).unwrap();
     let running = exec::spawn(launch, spec).unwrap();
@@ -133,7 +147,14 @@ fn a_detached_descendant_does_not_outlive_a_node_that_succeeded() {
     ) else {
         return;
     };
-    let path = spec.cgroup.as_ref().unwrap().path().to_owned();
+    let path = spec
+        .containment
+        .as_ref()
+        .unwrap()
+        .cgroup()
+        .unwrap()
+        .path()
+        .to_owned();
     let outcome = run(&ws, &frozen_sh(&ws.root), &root_dir(), spec);
     assert_eq!(outcome.exit, CommandExit::Code(0));
     let escaped: i32 = read(&ws.path("pid")).trim().parse().unwrap();
@@ -159,7 +180,7 @@ fn dropping_a_running_command_kills_its_detached_descendants() {
     ) else {
         return;
     };
-    let cgroup = spec.cgroup.clone().unwrap();
+    let cgroup = spec.containment.as_ref().unwrap().cgroup().unwrap().clone();
     let launch = exec::verify(&ws.root, &frozen_sh(&ws.root), &root_dir()).unwrap();
     let running = exec::spawn(launch, spec).unwrap();
     let escaped: i32 = first_line_when_written(&ws.path("pid")).parse().unwrap();

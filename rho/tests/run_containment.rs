@@ -200,3 +200,131 @@ fn recovery_and_delete_refuse_while_a_detached_descendant_outlives_owner_and_gua
     assert_eq!(state.root().tasks["d"].attempts.len(), 2);
     assert!(rho::containment::Cgroup::open(&cgroup).unwrap().is_none());
 }
+
+/// Starts `rho workflow run` under `RHO_CONTAINMENT=subreaper` (the fallback, forced where
+/// cgroups are delegated) and waits until the node's detached sleeper is recorded. Returns
+/// the owner, the run id and the sleeper's pid.
+fn start_tracked_run(env: &Env) -> (std::process::Child, String, i32) {
+    let plan_id = detaching_workflow(env);
+    let before: BTreeSet<String> = env.run_ids();
+    let owner = env
+        .command(&["workflow", "run", &plan_id, "--yes"])
+        .env("RHO_CONTAINMENT", "subreaper")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut id = String::new();
+    wait_for("the detached sleeper", || {
+        if id.is_empty() {
+            match env.run_ids().difference(&before).next() {
+                Some(new) => id.clone_from(new),
+                None => return false,
+            }
+        }
+        env.ws.join("esc.pid").exists()
+    });
+    let escaped: i32 = std::fs::read_to_string(env.ws.join("esc.pid"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let events = journal::read(&env.run_dir(&id).join("events.jsonl"))
+        .unwrap()
+        .events;
+    assert!(
+        events
+            .iter()
+            .any(|e| matches!(&e.kind, EventKind::LaunchIntended { cgroup: None, .. })),
+        "no cgroup under the fallback"
+    );
+    assert!(running(escaped));
+    (owner, id, escaped)
+}
+
+fn tracked_here() -> bool {
+    match rho::containment::tracked::available() {
+        Ok(()) => true,
+        Err(e)
+            if std::env::var_os("CI").is_some()
+                || std::env::var_os("RHO_REQUIRE_SANDBOX").is_some_and(|v| v == "1") =>
+        {
+            panic!("the subreaper fallback is required here: {e}")
+        }
+        Err(e) => {
+            eprintln!("SKIPPED (no subreaper fallback on this machine): {e}");
+            false
+        }
+    }
+}
+
+#[test]
+fn without_a_cgroup_a_detached_descendant_dies_when_its_owner_is_stopped() {
+    if !tracked_here() {
+        return;
+    }
+    let env = Env::new();
+    let (mut owner, id, escaped) = start_tracked_run(&env);
+    // SIGTERM: the owner cancels the run and stops every tree on its way out.
+    let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(owner.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    );
+    owner.wait().unwrap();
+    wait_for("the detached sleeper to die with its tree", || {
+        !running(escaped)
+    });
+    let state = run_support::assert_snapshot_matches_journal(&env.run_dir(&id)).0;
+    assert_eq!(state.root().node_state("d"), Some(NodeState::Cancellation));
+    let record = env.run_dir(&id).join("nodes/d/attempts/1/descendants");
+    let text = std::fs::read_to_string(&record).unwrap();
+    assert!(
+        text.starts_with("tag ") && text.lines().any(|l| l.starts_with(&format!("{escaped} "))),
+        "the record names the tag and the sleeper: {text}"
+    );
+}
+
+#[test]
+fn without_a_cgroup_recovery_and_delete_refuse_while_a_detached_descendant_outlives_its_owner() {
+    if !tracked_here() {
+        return;
+    }
+    let env = Env::new();
+    let (mut owner, id, escaped) = start_tracked_run(&env);
+    let guardians = guardians_of(owner.id() as i32);
+    // The owner dies at once (the subreaper with it): the sleeper is handed to init, and
+    // only the durable record (identities and tag) still knows it.
+    for guardian in guardians {
+        sigkill(guardian);
+    }
+    sigkill(owner.id() as i32);
+    owner.wait().unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(running(escaped), "the sleeper outlived its owner");
+
+    std::fs::write(env.ws.join("again"), "").unwrap();
+    let out = env.rho(&["workflow", "resume", &id, "--yes", "--recover-uncertain"]);
+    assert_eq!(code(&out), 7, "{}", text(&out));
+    let message = text(&out);
+    assert!(
+        message.contains(&escaped.to_string()) && message.contains("kill -KILL"),
+        "the refusal names the pid and how to stop it: {message}"
+    );
+    let status = env.rho(&["workflow", "status", &id, "--output", "json"]);
+    let doc: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap();
+    assert_eq!(doc["lifecycle"], "needs_recovery", "{doc}");
+
+    let out = env.rho(&["workflow", "delete", &id, "--yes"]);
+    assert_eq!(code(&out), 7, "{}", text(&out));
+    assert!(text(&out).contains(&escaped.to_string()), "{}", text(&out));
+    assert!(env.run_dir(&id).exists(), "the run is still there");
+
+    sigkill(escaped);
+    wait_for("the sleeper to be gone", || !running(escaped));
+    let out = env.rho(&["workflow", "resume", &id, "--yes", "--recover-uncertain"]);
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    let state = run_support::assert_snapshot_matches_journal(&env.run_dir(&id)).0;
+    assert_eq!(state.lifecycle, Lifecycle::Completed);
+    assert_eq!(state.root().node_state("d"), Some(NodeState::Success));
+    assert_eq!(state.root().tasks["d"].attempts.len(), 2);
+}

@@ -28,23 +28,31 @@
 //! # drop(join); Ok(()) }
 //! ```
 //!
+//! Where no delegated cgroup v2 exists, or `RHO_CONTAINMENT=subreaper` asks for it, the
+//! fallback is [`tracked`]: the owner and each tree's leader are child subreapers and the
+//! owner records every descendant's identity (pid and start time) as it appears; [`Tree`]
+//! is either kind, and [`contain`] picks one.
+//!
 //! What it does not stop: a member with write access to another part of the hierarchy (a
 //! node running as root can write its pid into any `cgroup.procs`) can move itself out.
 //!
 //! Invariant: a cgroup is reported empty only when the kernel says it is unpopulated (its
 //! `cgroup.events`) or it does not exist; anything unreadable counts as occupied.
 
+pub(crate) mod child;
 pub(crate) mod hierarchy;
+pub mod tracked;
 
 use std::fs::{self, OpenOptions};
 use std::io::{self, Read as _, Write as _};
 use std::os::fd::OwnedFd;
 use std::os::unix::fs::OpenOptionsExt as _;
 use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 pub use hierarchy::cgroup_name;
+pub use tracked::TrackedTree;
 
 /// Why containment is unavailable or an operation on a cgroup failed.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -87,9 +95,41 @@ pub enum ContainmentError {
         /// The member pids, as listed (may be empty when only a listing failed).
         pids: String,
     },
+    /// Tracked descendants (the subreaper fallback) still run.
+    #[error("process(es) {pids} of {tree} still run (stop them with `kill -KILL {kill}`)")]
+    Alive {
+        /// The tree (and where its record is).
+        tree: String,
+        /// The live pids, comma separated.
+        pids: String,
+        /// The same, space separated for `kill`.
+        kill: String,
+    },
 }
 
 impl ContainmentError {
+    fn alive(tree: String, pids: &[i32]) -> Self {
+        let list = |sep: &str| {
+            pids.iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join(sep)
+        };
+        ContainmentError::Alive {
+            tree,
+            pids: list(", "),
+            kill: list(" "),
+        }
+    }
+
+    /// Whether this error says processes still live (rather than that it cannot be told).
+    pub fn is_alive(&self) -> bool {
+        matches!(
+            self,
+            ContainmentError::Populated { .. } | ContainmentError::Alive { .. }
+        )
+    }
+
     fn io(action: &'static str, path: &Path, e: &io::Error) -> Self {
         ContainmentError::Io {
             action,
@@ -141,13 +181,154 @@ pub struct OwnerRoot {
 
 static OWNER_ROOT: OnceLock<Result<OwnerRoot, ContainmentError>> = OnceLock::new();
 
+/// The variable that selects how trees are contained: `auto` (or unset: a cgroup where one
+/// can be made, else the subreaper fallback) or `subreaper` (the fallback even where
+/// cgroups are delegated).
+pub const MODE_VARIABLE: &str = "RHO_CONTAINMENT";
+
+/// How trees are contained in this process, from [`MODE_VARIABLE`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// A cgroup where possible, else the subreaper fallback.
+    Auto,
+    /// Always the subreaper fallback.
+    Subreaper,
+}
+
+/// The mode [`MODE_VARIABLE`] selects; an error names a value that is neither.
+pub fn mode() -> Result<Mode, ContainmentError> {
+    static MODE: OnceLock<Result<Mode, ContainmentError>> = OnceLock::new();
+    MODE.get_or_init(|| match std::env::var(MODE_VARIABLE) {
+        Err(std::env::VarError::NotPresent) => Ok(Mode::Auto),
+        Ok(v) if v.is_empty() || v == "auto" => Ok(Mode::Auto),
+        Ok(v) if v == "subreaper" => Ok(Mode::Subreaper),
+        Ok(v) => Err(ContainmentError::Unavailable {
+            reason: format!("{MODE_VARIABLE}=`{v}` is neither `auto` nor `subreaper`"),
+        }),
+        Err(e) => Err(ContainmentError::Unavailable {
+            reason: format!("{MODE_VARIABLE} is not valid: {e}"),
+        }),
+    })
+    .clone()
+}
+
 /// This process's owner root, created on first use. An error says why this process cannot
-/// contain trees in cgroups (it is the same error every time).
+/// contain trees in cgroups (it is the same error every time); under
+/// `RHO_CONTAINMENT=subreaper` it is always an error.
 pub fn owner_root() -> Result<&'static OwnerRoot, ContainmentError> {
+    if mode()? == Mode::Subreaper {
+        return Err(ContainmentError::Unavailable {
+            reason: format!("{MODE_VARIABLE}=subreaper selects the subreaper fallback"),
+        });
+    }
     OWNER_ROOT
         .get_or_init(OwnerRoot::establish)
         .as_ref()
         .map_err(Clone::clone)
+}
+
+/// One contained process tree: a cgroup, or the tracked descendants of a subreaper.
+#[derive(Debug, Clone)]
+pub enum Tree {
+    /// The tree runs in this cgroup.
+    Cgroup(Cgroup),
+    /// The tree's descendants are tracked by identity (no cgroup available).
+    Tracked(Arc<TrackedTree>),
+}
+
+/// Contains a new tree named `name`: in a cgroup below the owner root where one can be
+/// made, else tracked (with `record`, an append-only file, naming every descendant). The
+/// error says why neither is possible.
+pub fn contain(name: &str, record: Option<(fs::File, PathBuf)>) -> Result<Tree, ContainmentError> {
+    match owner_root() {
+        Ok(root) => root.create(name).map(Tree::Cgroup),
+        Err(e) => {
+            mode()?;
+            tracing::debug!("{e}; tracking the tree's descendants instead");
+            TrackedTree::new(name, record).map(Tree::Tracked)
+        }
+    }
+}
+
+impl Tree {
+    /// The cgroup, when the tree is in one.
+    pub fn cgroup(&self) -> Option<&Cgroup> {
+        match self {
+            Tree::Cgroup(c) => Some(c),
+            Tree::Tracked(_) => None,
+        }
+    }
+
+    /// The descriptor a child writes `0` to, between `fork` and `exec`, to join the
+    /// tree's cgroup; `None` for a tracked tree.
+    pub fn join_handle(&self) -> Result<Option<OwnedFd>, ContainmentError> {
+        match self {
+            Tree::Cgroup(c) => c.join_handle().map(Some),
+            Tree::Tracked(_) => Ok(None),
+        }
+    }
+
+    /// For a tracked tree, the tag its leader carries (0: none); the leader must become a
+    /// child subreaper before `exec` (see [`child::enter_tracked`]).
+    pub fn leader_tag(&self) -> Option<u64> {
+        match self {
+            Tree::Cgroup(_) => None,
+            Tree::Tracked(t) => Some(t.tag()),
+        }
+    }
+
+    /// The leader `pid`, started at `start` (clock ticks), is running.
+    pub fn started(&self, pid: i32, start: u64) {
+        if let Tree::Tracked(t) = self {
+            t.started(pid, start);
+        }
+    }
+
+    /// Sends `signal` to every member.
+    pub fn signal_members(&self, signal: i32) {
+        match self {
+            Tree::Cgroup(c) => c.signal_members(signal),
+            Tree::Tracked(t) => t.signal_members(signal),
+        }
+    }
+
+    /// Sends SIGKILL to every member without waiting.
+    pub fn kill(&self) -> Result<(), ContainmentError> {
+        match self {
+            Tree::Cgroup(c) => c.kill(),
+            Tree::Tracked(t) => {
+                t.kill();
+                Ok(())
+            }
+        }
+    }
+
+    /// Kills every member and waits until none lives, at most `limit`.
+    pub fn kill_and_wait(&self, limit: Duration) -> Result<(), ContainmentError> {
+        match self {
+            Tree::Cgroup(c) => c.kill_and_wait(limit),
+            Tree::Tracked(t) => t.kill_and_wait(limit),
+        }
+    }
+
+    /// Whether a member still lives (an unreadable cgroup counts as populated).
+    pub fn populated(&self) -> bool {
+        match self {
+            Tree::Cgroup(c) => c.populated().unwrap_or(true),
+            Tree::Tracked(t) => t.populated(),
+        }
+    }
+
+    /// Ends the containment (removes the emptied cgroup, stops tracking).
+    pub fn remove(&self) -> Result<(), ContainmentError> {
+        match self {
+            Tree::Cgroup(c) => c.remove(),
+            Tree::Tracked(t) => {
+                t.remove();
+                Ok(())
+            }
+        }
+    }
 }
 
 impl OwnerRoot {

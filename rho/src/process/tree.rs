@@ -66,9 +66,10 @@ pub struct ShellTree {
     pidfd: Option<OwnedFd>,
     slot: Option<GuardSlot>,
     reaped: bool,
-    /// The tree's own cgroup, where a delegated cgroup v2 hierarchy exists: descendants that
-    /// leave the process group (`setsid`, double forks) stay inside and die with the tree.
-    cgroup: Option<crate::containment::Cgroup>,
+    /// The tree's containment (its own cgroup where a delegated cgroup v2 hierarchy exists,
+    /// else its tracked descendants): descendants that leave the process group (`setsid`,
+    /// double forks) stay inside and die with the tree.
+    cgroup: Option<crate::containment::Tree>,
 }
 
 /// The running tree and its output pipes (non-blocking read ends).
@@ -150,7 +151,16 @@ pub fn launch_shell(
         stderr_fd: err_w.as_raw_fd(),
         confinement,
         cgroup_procs_fd: join.as_ref().map(AsRawFd::as_raw_fd),
+        tree_tag: cgroup
+            .as_ref()
+            .and_then(crate::containment::Tree::leader_tag),
     })?;
+    if let Some(tree) = &cgroup {
+        match crate::workflow::exec::process_start_time(child.pid) {
+            Ok((start, _)) => tree.started(child.pid, start),
+            Err(e) => tracing::warn!(pid = child.pid, "cannot read the shell's start time: {e}"),
+        }
+    }
     drop(join);
     // Only the tree holds the write ends now: end of file means every holder is gone.
     drop((shell, dir, stdin, out_w, err_w));
@@ -168,30 +178,23 @@ pub fn launch_shell(
     })
 }
 
-/// A fresh cgroup for one tree and the descriptor its leader joins through, when this
-/// process can contain trees in cgroups; otherwise the group, the parent-death signal and the
-/// guardian are the containment (a `setsid` descendant can then escape).
-fn tree_cgroup() -> (Option<crate::containment::Cgroup>, Option<OwnedFd>) {
-    let root = match crate::containment::owner_root() {
-        Ok(root) => root,
-        Err(e) => {
-            tracing::debug!(error = %e, "background shells are contained by their process group only");
-            return (None, None);
-        }
-    };
+/// A fresh containment for one tree (a cgroup, else tracked descendants) and the
+/// descriptor its leader joins a cgroup through; with neither, the group, the parent-death
+/// signal and the guardian are the containment (a `setsid` descendant can then escape).
+fn tree_cgroup() -> (Option<crate::containment::Tree>, Option<OwnedFd>) {
     let label = format!("process-{}", uuid::Uuid::new_v4().simple());
-    let cgroup = match root.create(&label) {
-        Ok(cgroup) => cgroup,
+    let tree = match crate::containment::contain(&label, None) {
+        Ok(tree) => tree,
         Err(e) => {
-            tracing::warn!(error = %e, "cannot create a cgroup for a background shell");
+            tracing::warn!(error = %e, "background shells are contained by their process group only");
             return (None, None);
         }
     };
-    match cgroup.join_handle() {
-        Ok(join) => (Some(cgroup), Some(join)),
+    match tree.join_handle() {
+        Ok(join) => (Some(tree), join),
         Err(e) => {
             tracing::warn!(error = %e, "cannot open a background shell's cgroup for joining");
-            let _ = cgroup.remove();
+            let _ = tree.remove();
             (None, None)
         }
     }
@@ -242,12 +245,12 @@ impl ShellTree {
         !self.reaped && crate::workflow::exec::group_alive(self.pid)
     }
 
-    /// Whether a process of the tree's cgroup (descendants that left the group included) is
-    /// still there; `false` without a cgroup.
+    /// Whether a process of the tree's containment (descendants that left the group
+    /// included) is still there; `false` without one.
     pub fn cgroup_populated(&self) -> bool {
         self.cgroup
             .as_ref()
-            .is_some_and(|c| c.populated().unwrap_or(true))
+            .is_some_and(crate::containment::Tree::populated)
     }
 
     /// Kills the whole group, releases it from the guardian, then reaps the leader (waiting
@@ -257,12 +260,13 @@ impl ShellTree {
         if self.reaped {
             return None;
         }
-        self.signal(Signal::SIGKILL);
+        // The tree first: a tracked tree is frozen and walked before its members die.
         if let Some(cgroup) = &self.cgroup
             && let Err(e) = cgroup.kill_and_wait(CGROUP_KILL_WAIT)
         {
-            tracing::warn!(error = %e, "a background shell's cgroup is not empty yet");
+            tracing::warn!(error = %e, "a background shell's tree is not empty yet");
         }
+        self.signal(Signal::SIGKILL);
         if let Some(slot) = self.slot.take() {
             slot.release();
         }

@@ -2,9 +2,13 @@
 //! `/dev/null`, stdout and stderr interleaved on one pipe into a bounded capture, a
 //! wall-clock timeout and cooperative cancellation.
 //!
-//! Invariant: however the command ends — exit, timeout, cancellation — its whole process
-//! group is killed before the leader is reaped (so the group id cannot be reused under us),
-//! and nothing it started in that group outlives the call.
+//! Each call's tree is contained (`crate::containment`): in its own cgroup where a delegated
+//! cgroup v2 exists, else with the shell a child subreaper whose descendants this process
+//! tracks. A descendant that leaves the group (`setsid`, a double fork) is killed with it.
+//!
+//! Invariant: however the command ends — exit, timeout, cancellation — its whole tree
+//! (group and containment) is killed before the leader is reaped (so the group id cannot be
+//! reused under us), and nothing it started outlives the call.
 
 use std::ffi::OsString;
 use std::io::{self, Read as _};
@@ -90,7 +94,7 @@ pub struct ShellOutcome {
 }
 
 /// Spawns `bash -c command` in `cwd` with exactly `env`, stdin from `/dev/null`, stdout and
-/// stderr on `output`, in a new process group.
+/// stderr on `output`, in a new process group, inside `tree` when given.
 ///
 /// This is the one place a foreground command is launched, kept small so that sandboxing
 /// (a Landlock ruleset for read-only agents, for example) can be added to it alone.
@@ -100,6 +104,7 @@ pub fn spawn_shell(
     env: &[(OsString, OsString)],
     output: OwnedFd,
     confinement: Option<&std::sync::Arc<crate::confinement::Confinement>>,
+    tree: Option<&crate::containment::Tree>,
 ) -> io::Result<Child> {
     let stderr = output.try_clone()?;
     let mut cmd = Command::new(SHELL);
@@ -115,9 +120,46 @@ pub fn spawn_shell(
     if let Some(confinement) = confinement {
         confinement.install(&mut cmd);
     }
+    // Kept open until the child has joined the cgroup through it.
+    let _join = match tree {
+        Some(tree) => crate::containment::child::install(&mut cmd, tree)
+            .map_err(|e| io::Error::other(e.to_string()))?,
+        None => None,
+    };
     // `cmd` owns the write ends; dropping it (on return) closes our copies so the reader sees
     // end-of-file once the command's group is gone.
-    cmd.spawn()
+    let child = cmd.spawn()?;
+    if let Some(tree) = tree {
+        let pid = i32::try_from(child.id()).map_err(io::Error::other)?;
+        tree.started(pid, crate::workflow::exec::process_start_time(pid)?.0);
+    }
+    Ok(child)
+}
+
+/// A fresh containment for one call's tree; `None` (with a warning) where neither a cgroup
+/// nor the subreaper fallback is available.
+fn call_tree() -> Option<crate::containment::Tree> {
+    let label = format!("bash-{}", uuid::Uuid::new_v4().simple());
+    match crate::containment::contain(&label, None) {
+        Ok(tree) => Some(tree),
+        Err(e) => {
+            tracing::warn!(error = %e, "bash commands are contained by their process group only");
+            None
+        }
+    }
+}
+
+/// How long the end of a call waits for its killed tree to empty.
+const TREE_KILL_WAIT: Duration = Duration::from_secs(5);
+
+/// Kills the tree (without waiting) and the group.
+fn kill_tree(pid: Pid, tree: Option<&crate::containment::Tree>) {
+    if let Some(tree) = tree
+        && let Err(e) = tree.kill()
+    {
+        tracing::warn!(error = %e, "cannot kill a bash command's tree");
+    }
+    let _ = killpg(pid, Signal::SIGKILL);
 }
 
 enum Event {
@@ -132,13 +174,25 @@ pub fn run_shell(
 ) -> io::Result<ShellOutcome> {
     let (read_end, write_end) = pipe2(OFlag::O_CLOEXEC).map_err(io::Error::from)?;
     let started = Instant::now();
-    let mut child = spawn_shell(
+    let tree = call_tree();
+    let spawned = spawn_shell(
         req.command,
         req.cwd,
         req.env,
         write_end,
         req.confinement.as_ref(),
-    )?;
+        tree.as_ref(),
+    );
+    let mut child = match spawned {
+        Ok(child) => child,
+        Err(e) => {
+            if let Some(tree) = &tree {
+                let _ = tree.kill_and_wait(TREE_KILL_WAIT);
+                let _ = tree.remove();
+            }
+            return Err(e);
+        }
+    };
     let pid = Pid::from_raw(i32::try_from(child.id()).map_err(io::Error::other)?);
 
     let output = Arc::new(Mutex::new(BoundedOutput::new(req.output_limit)));
@@ -189,7 +243,7 @@ pub fn run_shell(
                 stopped = Some(ShellEnd::TimedOut);
             }
             if stopped.is_some() {
-                let _ = killpg(pid, Signal::SIGKILL);
+                kill_tree(pid, tree.as_ref());
             }
         }
         let wait = if exited {
@@ -203,8 +257,8 @@ pub fn run_shell(
         match rx.recv_timeout(wait) {
             Ok(Event::Exited) => {
                 exited = true;
-                // Whatever the leader left in its group would keep the pipe open: end it.
-                let _ = killpg(pid, Signal::SIGKILL);
+                // Whatever the leader left in its tree would keep the pipe open: end it.
+                kill_tree(pid, tree.as_ref());
             }
             Ok(Event::Eof) => eof = true,
             Err(mpsc::RecvTimeoutError::Timeout) if exited => break,
@@ -212,9 +266,23 @@ pub fn run_shell(
             Err(mpsc::RecvTimeoutError::Disconnected) => break,
         }
     }
-    // ESRCH only means the group is already empty.
+    // Before the leader is reaped (its pid keeps the group id from reuse). ESRCH only means
+    // the group is already empty.
+    let emptied = tree
+        .as_ref()
+        .map_or(Ok(()), |t| t.kill_and_wait(TREE_KILL_WAIT));
     let _ = killpg(pid, Signal::SIGKILL);
     let status = child.wait()?;
+    if let Some(tree) = &tree {
+        match &emptied {
+            Ok(()) => {
+                if let Err(e) = tree.remove() {
+                    tracing::warn!(error = %e, "cannot remove a bash command's cgroup");
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "a bash command's tree outlived SIGKILL"),
+        }
+    }
     let elapsed = started.elapsed();
     let end = match stopped {
         Some(end) => end,
@@ -360,12 +428,36 @@ mod tests {
     }
 
     #[test]
-    fn a_process_that_leaves_the_group_cannot_hang_the_call() {
-        // The pause lets the background child leave the group before the leader exits;
-        // without it, a child still in the group is killed with it and nothing holds the pipe.
-        let out = run("setsid sleep 5 & sleep 1; echo hi", Duration::from_secs(30));
+    fn a_process_that_leaves_the_group_dies_with_the_call() {
+        // The pause lets the background child leave the group before the leader exits.
+        let dir = tempfile::tempdir().unwrap();
+        let pidfile = dir.path().join("pid");
+        let cmd = format!(
+            "setsid sleep 1000 & echo $! > {}; sleep 1; echo hi",
+            pidfile.display()
+        );
+        let out = run(&cmd, Duration::from_secs(30));
         assert_eq!(out.end, ShellEnd::Exited(0));
-        assert!(out.pipe_held);
-        assert!(out.elapsed < Duration::from_secs(4));
+        assert!(out.elapsed < Duration::from_secs(10));
+        let pid: i32 = std::fs::read_to_string(&pidfile)
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        if let Ok(probe) = crate::containment::contain("bash-probe", None) {
+            let _ = probe.remove();
+        } else {
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "containment is required under CI"
+            );
+            eprintln!("SKIPPED the escapee check: no containment on this machine");
+            let _ = nix::sys::signal::kill(Pid::from_raw(pid), Signal::SIGKILL);
+            return;
+        }
+        assert!(!out.pipe_held, "nothing is left to hold the output");
+        let gone =
+            crate::workflow::exec::process_start_time(pid).map_or(true, |(_, state)| state == 'Z');
+        assert!(gone, "the setsid descendant {pid} outlived the call");
     }
 }

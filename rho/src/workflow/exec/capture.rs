@@ -30,7 +30,7 @@ use super::{
     CANCEL_POLL, CancelToken, CommandExit, CommandOutcome, CommandSpec, ExecError, ProcessIdentity,
     StreamArtifact,
 };
-use crate::containment::Cgroup;
+use crate::containment::Tree;
 
 /// Read size per wake-up of a stream.
 const READ_CHUNK: usize = 64 * 1024;
@@ -369,13 +369,14 @@ pub(super) fn start(launch: Verified, spec: CommandSpec) -> Result<Supervised, E
         stderr_fd: err_w.as_raw_fd(),
         confinement: spec.confinement.clone(),
         cgroup_procs_fd: None,
+        tree_tag: spec.containment.as_ref().and_then(Tree::leader_tag),
     };
     let mut request = request;
-    let join = match &spec.cgroup {
-        Some(cgroup) => Some(cgroup.join_handle().map_err(|e| ExecError::Setup {
+    let join = match &spec.containment {
+        Some(tree) => tree.join_handle().map_err(|e| ExecError::Setup {
             what: "opening the node's cgroup",
             source: io::Error::other(e.to_string()),
-        })?),
+        })?,
         None => None,
     };
     request.cgroup_procs_fd = join.as_ref().map(AsRawFd::as_raw_fd);
@@ -386,8 +387,8 @@ pub(super) fn start(launch: Verified, spec: CommandSpec) -> Result<Supervised, E
         Ok(child) => child,
         Err(e) => {
             // The child failed before executing anything; nothing of it can be left.
-            if let Some(cgroup) = &spec.cgroup
-                && let Err(removal) = cgroup.remove()
+            if let Some(tree) = &spec.containment
+                && let Err(removal) = tree.remove()
             {
                 tracing::warn!("{removal}");
             }
@@ -399,7 +400,7 @@ pub(super) fn start(launch: Verified, spec: CommandSpec) -> Result<Supervised, E
     let guard = GroupGuard {
         pgid: child.pid,
         slot: Some(child.slot),
-        cgroup: spec.cgroup,
+        tree: spec.containment,
     };
     let start_time_ticks = match process_start_time(child.pid) {
         Ok((ticks, _)) => ticks,
@@ -416,6 +417,9 @@ pub(super) fn start(launch: Verified, spec: CommandSpec) -> Result<Supervised, E
         pgid: child.pid,
         start_time: start_time_ticks,
     };
+    if let Some(tree) = &guard.tree {
+        tree.started(child.pid, start_time_ticks);
+    }
     tracing::debug!(pid = child.pid, "command started");
     Ok(Supervised {
         process,
@@ -433,27 +437,29 @@ pub(super) fn start(launch: Verified, spec: CommandSpec) -> Result<Supervised, E
     })
 }
 
-/// How long the end of supervision waits for a killed cgroup to empty.
+/// How long the end of supervision waits for a killed tree to empty.
 const CGROUP_EMPTY_LIMIT: Duration = Duration::from_secs(5);
 
-/// Kills the group and the tree's cgroup, releases the group from the guardian, reaps the
-/// leader, and removes the emptied cgroup. `Err` names what outlived the kill.
+/// Kills the tree and its group, releases the group from the guardian, reaps the leader,
+/// and removes the emptied containment. `Err` names what outlived the kill.
 fn stop_and_reap(
     pgid: i32,
     slot: spawner::GuardSlot,
-    cgroup: Option<&Cgroup>,
+    tree: Option<&Tree>,
 ) -> (Option<libc::c_int>, Result<(), String>) {
-    signal_group(pgid, Signal::SIGKILL);
-    // Before the leader is reaped: the leader's pid keeps the group id from reuse, and a
-    // detached member (setsid, double fork) is only reachable through the cgroup.
-    let emptied = cgroup.map_or(Ok(()), |c| {
+    // The tree first: a tracked tree is frozen and walked before its members die (killing
+    // the group first would orphan a member's unrecorded children). Before the leader is
+    // reaped: the leader's pid keeps the group id from reuse, and a detached member (setsid,
+    // double fork) is only reachable through the tree.
+    let emptied = tree.map_or(Ok(()), |c| {
         c.kill_and_wait(CGROUP_EMPTY_LIMIT)
             .map_err(|e| e.to_string())
     });
+    signal_group(pgid, Signal::SIGKILL);
     slot.release();
     let status = spawner::reap_blocking(pgid);
     if emptied.is_ok()
-        && let Some(c) = cgroup
+        && let Some(c) = tree
         && let Err(e) = c.remove()
     {
         tracing::warn!("{e}");
@@ -513,12 +519,12 @@ impl Supervised {
                 }
                 Phase::Running if now >= self.deadline => self.terminate(StopReason::Timeout, now),
                 Phase::Terminating { reason, kill_at } if now >= kill_at => {
-                    signal_group(pgid, Signal::SIGKILL);
-                    if let Some(cgroup) = &self.guard.cgroup
-                        && let Err(e) = cgroup.kill()
+                    if let Some(tree) = &self.guard.tree
+                        && let Err(e) = tree.kill()
                     {
                         tracing::warn!("{e}");
                     }
+                    signal_group(pgid, Signal::SIGKILL);
                     Phase::Killed {
                         reason,
                         drain_until: now + self.grace,
@@ -576,7 +582,7 @@ impl Supervised {
         // Anything left in the group (a background process that closed its streams) goes
         // now, before the leader's pid, and so the group id, can be reused.
         let (reaped, emptied) = match self.guard.slot.take() {
-            Some(slot) => stop_and_reap(pgid, slot, self.guard.cgroup.as_ref()),
+            Some(slot) => stop_and_reap(pgid, slot, self.guard.tree.as_ref()),
             None => (None, Ok(())),
         };
         let exit = match (phase.reason(), leader, reaped) {
@@ -613,9 +619,9 @@ impl Supervised {
     fn terminate(&self, reason: StopReason, now: Instant) -> Phase {
         tracing::debug!(pgid = self.process.pgid, ?reason, "stopping command group");
         signal_group(self.process.pgid, Signal::SIGTERM);
-        if let Some(cgroup) = &self.guard.cgroup {
+        if let Some(tree) = &self.guard.tree {
             // Detached members get the same warning and grace as the group.
-            cgroup.signal_members(libc::SIGTERM);
+            tree.signal_members(libc::SIGTERM);
         }
         Phase::Terminating {
             reason,
@@ -663,14 +669,14 @@ struct GroupGuard {
     pgid: i32,
     /// `None` once the group was stopped and its leader reaped.
     slot: Option<spawner::GuardSlot>,
-    /// The tree's cgroup, when it is contained in one.
-    cgroup: Option<Cgroup>,
+    /// The tree's containment (cgroup or tracked descendants), when it has one.
+    tree: Option<Tree>,
 }
 
 impl Drop for GroupGuard {
     fn drop(&mut self) {
         if let Some(slot) = self.slot.take()
-            && let (_, Err(e)) = stop_and_reap(self.pgid, slot, self.cgroup.as_ref())
+            && let (_, Err(e)) = stop_and_reap(self.pgid, slot, self.tree.as_ref())
         {
             tracing::warn!("{e}");
         }

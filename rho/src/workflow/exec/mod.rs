@@ -191,10 +191,11 @@ pub struct CommandSpec {
     /// Kernel confinement the child applies right before `execveat` (a read-only node, a
     /// node without network); `None` runs it unconfined.
     pub confinement: Option<Arc<crate::confinement::Confinement>>,
-    /// The cgroup the whole tree runs in (the child joins it before `execveat`); the tree is
-    /// killed through it, escaped members included, and it is removed once empty. `None`
-    /// contains the tree by process group only.
-    pub cgroup: Option<crate::containment::Cgroup>,
+    /// What contains the whole tree: a cgroup (the child joins it before `execveat`) or the
+    /// subreaper fallback's tracked descendants; the tree is killed through it, escaped
+    /// members included, and it is removed once empty. `None` contains the tree by process
+    /// group only.
+    pub containment: Option<crate::containment::Tree>,
 }
 
 impl CommandSpec {
@@ -217,7 +218,7 @@ impl CommandSpec {
             cancel: CancelToken::new(),
             kill_grace: DEFAULT_KILL_GRACE,
             confinement: None,
-            cgroup: None,
+            containment: None,
         }
     }
 }

@@ -55,6 +55,11 @@ pub(crate) struct LaunchRequest {
     /// `cgroup.procs` of the cgroup the child joins before anything else can run in it
     /// (see [`crate::containment::Cgroup::join_handle`]); `None` leaves it in the owner's.
     pub(crate) cgroup_procs_fd: Option<RawFd>,
+    /// `Some`: the child becomes a child subreaper (the attribute survives `execve`), so
+    /// orphans of the tree stay inside it, and, when the tag is not 0 and the hard limit
+    /// allows it, carries the tag as its `RLIMIT_RTTIME` soft limit, which every descendant
+    /// inherits (see [`crate::containment::tracked`]).
+    pub(crate) tree_tag: Option<u64>,
 }
 
 /// A child that executed the sealed copy.
@@ -113,7 +118,7 @@ const GUARDIAN_SLOTS: usize = 4096;
 const STAGES: [&str; 13] = [
     "stdio redirection",
     "setpgid",
-    "(unused)",
+    "prctl(PR_SET_CHILD_SUBREAPER) or tagging RLIMIT_RTTIME",
     "prctl(PR_SET_PDEATHSIG)",
     "parent check (the owner exited)",
     "fchdir to the verified directory",
@@ -415,6 +420,11 @@ fn child_exec(plan: &ChildPlan<'_>) -> ! {
             && libc::write(procs, b"0".as_ptr().cast(), 1) != 1
         {
             child_fail(plan, 11);
+        }
+        if let Some(tag) = req.tree_tag
+            && !crate::containment::child::enter_tracked(tag)
+        {
+            child_fail(plan, 2);
         }
         // Registered before the death signal is armed: if the owner dies in between, the
         // parent check below ends this child.

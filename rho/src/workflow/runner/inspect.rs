@@ -156,15 +156,19 @@ pub fn live_processes(run: &RunDir) -> Result<Vec<String>, RunError> {
         .flat_map(|(id, t)| t.attempts.iter().map(move |a| (id.as_str(), a)))
         .filter(|(_, a)| a.phase != AttemptPhase::Finished)
         .collect();
-    Ok(survivors(open))
+    Ok(survivors(run, open))
 }
 
-/// What may still be alive of `attempts` (each `(node, attempt)`): a recorded process or
-/// process group that still exists, or a recorded cgroup that is populated or cannot be
-/// checked (which counts as alive). Each entry reads `node `N` attempt A ...`.
+/// What may still be alive of `attempts` (each `(node, attempt)`) of `run`: a recorded
+/// process or process group that still exists, a recorded cgroup that is populated or
+/// cannot be checked, or a descendant named in the attempt's record of tracked descendants
+/// (the subreaper fallback) that still runs or cannot be checked; anything that cannot be
+/// checked counts as alive. Each entry reads `node `N` attempt A ...`.
 pub fn survivors<'a>(
+    run: &RunDir,
     attempts: impl IntoIterator<Item = (&'a str, &'a crate::workflow::state::Attempt)>,
 ) -> Vec<String> {
+    use crate::containment::{self, tracked};
     let mut alive = Vec::new();
     for (node, attempt) in attempts {
         if let Some(p) = attempt.process
@@ -176,22 +180,39 @@ pub fn survivors<'a>(
             ));
             continue;
         }
-        if let Some(cgroup) = &attempt.cgroup
-            && let Err(e) = crate::containment::check_empty(cgroup)
-        {
-            alive.push(match e {
-                crate::containment::ContainmentError::Populated { .. } => {
-                    format!("node `{node}` attempt {}: {e}", attempt.number)
+        let checked = match &attempt.cgroup {
+            Some(cgroup) => containment::check_empty(cgroup),
+            None => match run.read_attempt_file(
+                node,
+                attempt.number,
+                tracked::RECORD_FILE,
+                MAX_RECORD_BYTES,
+            ) {
+                Ok(Some((bytes, path))) => {
+                    tracked::check_record(&String::from_utf8_lossy(&bytes), &path)
                 }
-                other => format!(
-                    "node `{node}` attempt {} (its cgroup cannot be checked: {other})",
+                Ok(None) => Ok(()),
+                Err(e) => Err(containment::ContainmentError::Unavailable {
+                    reason: e.to_string(),
+                }),
+            },
+        };
+        if let Err(e) = checked {
+            alive.push(if e.is_alive() {
+                format!("node `{node}` attempt {}: {e}", attempt.number)
+            } else {
+                format!(
+                    "node `{node}` attempt {} (what it started cannot be checked: {e})",
                     attempt.number
-                ),
+                )
             });
         }
     }
     alive
 }
+
+/// The largest record of tracked descendants read (a million processes' identities).
+const MAX_RECORD_BYTES: u64 = 32 << 20;
 
 /// Attempt records of a state, flattened for display: `(node, attempt, phase)`.
 pub fn attempt_phases(state: &State) -> Vec<(String, u32, AttemptPhase)> {

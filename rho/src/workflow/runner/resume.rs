@@ -207,7 +207,8 @@ pub fn resume(
         }
         // Every process of those attempts must be gone, detached ones included (their
         // cgroup), before a new attempt may write beside them.
-        let alive = super::inspect::survivors(uncertain.iter().map(|(n, a)| (n.as_str(), a)));
+        let alive =
+            super::inspect::survivors(&owner.run, uncertain.iter().map(|(n, a)| (n.as_str(), a)));
         if !alive.is_empty() {
             owner.record(EventKind::OwnerClosed {
                 reason: "needs_recovery".to_owned(),

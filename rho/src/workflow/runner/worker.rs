@@ -353,17 +353,9 @@ fn run_command(
     );
     spec.cancel = cancel.clone();
     spec.confinement = confinement;
-    if let Some(name) = cgroup {
-        // The journal names this cgroup already: a tree that cannot be put there does not run.
-        match crate::containment::owner_root().and_then(|root| root.create(name)) {
-            Ok(created) => spec.cgroup = Some(created),
-            Err(e) => {
-                return failed_unless_cancelled(
-                    cancel,
-                    format!("cannot contain the process tree: {e}"),
-                );
-            }
-        }
+    match contain_tree(shared, node, attempt, dir, cgroup) {
+        Ok(tree) => spec.containment = tree,
+        Err(reason) => return failed_unless_cancelled(cancel, reason),
     }
     crate::workflow::crashpoint::reached("worker:spawn");
     let running = match exec::spawn(launch, spec) {
@@ -436,6 +428,40 @@ fn run_command(
         }
     }
     finished
+}
+
+/// The containment of a command's tree: the cgroup `launch_intended` named (a tree that
+/// cannot be put there does not run), else the subreaper fallback, whose record of
+/// descendants is created in the attempt directory before anything runs. `None` (with a
+/// warning) only where neither exists: the process group is then all there is.
+fn contain_tree(
+    shared: &Shared,
+    node: &Node,
+    attempt: u32,
+    dir: &PrivateDir,
+    cgroup: Option<&str>,
+) -> Result<Option<crate::containment::Tree>, String> {
+    use crate::containment::{self, Tree};
+    if let Some(name) = cgroup {
+        return containment::owner_root()
+            .and_then(|root| root.create(name))
+            .map(|c| Some(Tree::Cgroup(c)))
+            .map_err(|e| format!("cannot contain the process tree: {e}"));
+    }
+    // An unusable RHO_CONTAINMENT value is refused, not ignored.
+    containment::mode().map_err(|e| format!("cannot contain the process tree: {e}"))?;
+    if let Err(e) = containment::tracked::available() {
+        tracing::warn!(node = %node.id, "{e}; the node's tree is contained by its process group only");
+        return Ok(None);
+    }
+    let name = containment::tracked::RECORD_FILE;
+    let record = dir
+        .create_file(name, b"")
+        .map_err(|e| format!("cannot create the record of the node's processes: {e}"))?;
+    let label = format!("{}.{}.{attempt}", shared.run.id(), node.id);
+    containment::TrackedTree::new(&label, Some((record, dir.entry_path(name))))
+        .map(|t| Some(Tree::Tracked(t)))
+        .map_err(|e| format!("cannot contain the process tree: {e}"))
 }
 
 /// A node's scratch directory, confinement and environment (see [`confine`]).

@@ -670,6 +670,36 @@ impl RunDir {
             .ensure_private_dir(&attempt.to_string())
     }
 
+    /// Reads the file `name` of an attempt directory (at most `limit` bytes) with the
+    /// store's checks; `None` when the directory or the file does not exist.
+    pub fn read_attempt_file(
+        &self,
+        node: &str,
+        attempt: u32,
+        name: &str,
+        limit: u64,
+    ) -> Result<Option<(Vec<u8>, PathBuf)>, StoreError> {
+        if node.is_empty() || node.starts_with('.') || node.contains('/') {
+            return Ok(None);
+        }
+        let Some(mut dir) = self.dir.open_private_dir("nodes")? else {
+            return Ok(None);
+        };
+        for part in [node, "attempts", &attempt.to_string()] {
+            dir = match dir.open_private_dir(part)? {
+                Some(d) => d,
+                None => return Ok(None),
+            };
+        }
+        match dir.read_private(name, limit) {
+            Ok(bytes) => Ok(Some((bytes, dir.entry_path(name)))),
+            Err(StoreError::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
+                Ok(None)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
     /// The run-relative path of a file in an attempt directory.
     pub fn attempt_relative(node: &str, attempt: u32, file: &str) -> String {
         format!("nodes/{node}/attempts/{attempt}/{file}")
