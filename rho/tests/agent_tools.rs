@@ -196,3 +196,88 @@ fn a_before_tool_use_hook_denies_a_read() {
     assert!(results[0].contains("no secrets today"), "{}", results[0]);
     assert!(!results[0].contains("the secret"), "{}", results[0]);
 }
+
+/// `/proc/<pid>/stat` exists and is not a zombie's.
+fn running(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+        !s.rsplit(')')
+            .next()
+            .unwrap_or("")
+            .trim_start()
+            .starts_with('Z')
+    })
+}
+
+/// An agent's `bash` call starts a sleeper in a new session (out of the call's process
+/// group), then ends or times out; a second call reports whether the sleeper still runs
+/// (`ALIVE`/`GONE`: checked while `rho` still runs, so it is the call's end that stopped
+/// it). `containment` is `RHO_CONTAINMENT` for `rho`. Returns the sleeper's pid and the
+/// second call's result.
+fn bash_call_with_an_escapee(
+    containment: &str,
+    command: &str,
+    timeout_seconds: u64,
+) -> (i32, String) {
+    let check = "p=$(cat esc.pid); if grep -qs '^State:[[:space:]]*[A-Y]' /proc/$p/status; \
+                 then echo ALIVE; else echo GONE; fi";
+    let server = ModelServer::start([
+        Reply::Turn(ScriptedTurn::text("").with_tool_call(
+            "bash",
+            &json!({"command": command, "timeout_seconds": timeout_seconds}),
+        )),
+        Reply::Turn(ScriptedTurn::text("").with_tool_call("bash", &json!({"command": check}))),
+        Reply::text("Done."),
+    ]);
+    let env = AgentEnv::new(&server);
+    let mut rho = env.rho(&["--permission-mode", "bypass", "run", "start it"]);
+    rho.env("RHO_CONTAINMENT", containment);
+    let out = rho.output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let escaped: i32 = std::fs::read_to_string(env.workspace.join("esc.pid"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let first = tool_results(&server.model_requests()[1].json());
+    assert!(first[0].contains("started"), "{}", first[0]);
+    let second = tool_results(&server.model_requests()[2].json());
+    (escaped, second.last().cloned().unwrap_or_default())
+}
+
+fn assert_gone((pid, checked): (i32, String)) {
+    let alive = running(pid);
+    if alive {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+    }
+    assert!(
+        checked.contains("GONE") && !alive,
+        "the setsid descendant {pid} of a bash call outlived it: {checked}"
+    );
+}
+const ESCAPE_THEN_EXIT: &str =
+    "setsid sleep 1000 </dev/null >/dev/null 2>&1 & echo $! > esc.pid; sleep 0.3; echo started";
+const ESCAPE_THEN_HANG: &str =
+    "setsid sleep 1000 </dev/null >/dev/null 2>&1 & echo $! > esc.pid; echo started; sleep 1000";
+
+#[test]
+fn a_setsid_descendant_of_a_bash_call_dies_when_the_call_ends() {
+    assert_gone(bash_call_with_an_escapee("auto", ESCAPE_THEN_EXIT, 60));
+}
+
+#[test]
+fn a_setsid_descendant_of_a_bash_call_dies_at_its_timeout() {
+    assert_gone(bash_call_with_an_escapee("auto", ESCAPE_THEN_HANG, 1));
+}
+
+#[test]
+fn without_a_cgroup_a_setsid_descendant_of_a_bash_call_dies_when_the_call_ends() {
+    assert_gone(bash_call_with_an_escapee("subreaper", ESCAPE_THEN_EXIT, 60));
+}
+
+#[test]
+fn without_a_cgroup_a_setsid_descendant_of_a_bash_call_dies_at_its_timeout() {
+    assert_gone(bash_call_with_an_escapee("subreaper", ESCAPE_THEN_HANG, 1));
+}

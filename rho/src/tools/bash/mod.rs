@@ -3,7 +3,8 @@
 //! Invariant: the command runs only after its process-execution request was allowed, with
 //! the host environment minus every credential `rho` keeps from child processes (its own
 //! provider keys included), stdin closed, a wall-clock timeout and bounded output; on
-//! timeout or cancellation its whole process group is killed (see [`shell`]).
+//! timeout or cancellation its whole tree is killed, descendants that left the process
+//! group included (see [`shell`]).
 
 pub mod output;
 pub mod shell;
