@@ -87,7 +87,7 @@ fn a_planner_thread_that_cannot_start_stops_validation_and_leaves_no_worker() {
     if !root {
         assert!(
             std::env::var_os("CI").is_none()
-                && !std::env::var_os("RHO_REQUIRE_SANDBOX").is_some_and(|v| v == "1"),
+                && std::env::var_os("RHO_REQUIRE_SANDBOX").is_none_or(|v| v != "1"),
             "this test must run as root under CI (it switches to an unused uid)"
         );
         eprintln!("SKIPPED (not root: cannot run rho as an unused uid with RLIMIT_NPROC)");
