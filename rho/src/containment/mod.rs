@@ -195,9 +195,20 @@ pub enum Mode {
     Subreaper,
 }
 
-/// The mode [`MODE_VARIABLE`] selects; an error names a value that is neither.
+static MODE: OnceLock<Result<Mode, ContainmentError>> = OnceLock::new();
+
+/// Selects the mode of this process instead of [`MODE_VARIABLE`] (a program embedding rho,
+/// or a test that needs the fallback where cgroups are delegated). Call it before anything
+/// is contained; `false` when the mode was already settled otherwise.
+pub fn select_mode(mode: Mode) -> bool {
+    MODE.get_or_init(|| Ok(mode))
+        .as_ref()
+        .is_ok_and(|settled| *settled == mode)
+}
+
+/// The mode of this process: from [`select_mode`], else [`MODE_VARIABLE`]; an error names
+/// a value of the variable that is neither mode.
 pub fn mode() -> Result<Mode, ContainmentError> {
-    static MODE: OnceLock<Result<Mode, ContainmentError>> = OnceLock::new();
     MODE.get_or_init(|| match std::env::var(MODE_VARIABLE) {
         Err(std::env::VarError::NotPresent) => Ok(Mode::Auto),
         Ok(v) if v.is_empty() || v == "auto" => Ok(Mode::Auto),
