@@ -30,7 +30,7 @@ use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use rho::workflow::journal;
-use rho::workflow::state::{AttemptPhase, EventKind, Lifecycle, NodeState, State, replay};
+use rho::workflow::state::{AttemptPhase, Event, EventKind, Lifecycle, NodeState, State, replay};
 
 mod run_support;
 use run_support::{Env, code, node as cmd, text};
@@ -286,12 +286,27 @@ fn check_after_kill(env: &Env, id: &str, reference: &Ending, tear: bool, context
         text(&out)
     );
     let finished = check_store(&dir, context);
+    // The final snapshot covers the whole journal but the record vouching for it.
     assert_eq!(
         finished.last_event_sequence,
         serde_json::from_slice::<State>(&std::fs::read(dir.join("state.json")).unwrap())
             .unwrap()
-            .last_event_sequence,
+            .last_event_sequence
+            + 1,
         "{context}: the final snapshot covers the whole journal"
+    );
+    assert!(
+        matches!(
+            journal::read(&dir.join("events.jsonl"))
+                .unwrap()
+                .events
+                .last(),
+            Some(Event {
+                kind: EventKind::SnapshotWritten { .. },
+                ..
+            })
+        ),
+        "{context}: the journal ends vouching for the final snapshot"
     );
     assert_eq!(
         journal::read(&dir.join("events.jsonl")).unwrap().torn_bytes,
@@ -338,6 +353,7 @@ const POINTS: &[&str] = &[
     "record:attempt_finished",
     "record:scope_closed",
     "record:owner_closed",
+    "record:snapshot_written",
     "journal:written",
     "journal:synced",
     "state:write",

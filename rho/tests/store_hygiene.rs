@@ -148,6 +148,56 @@ fn status_refuses_a_state_json_that_the_journal_does_not_back() {
     assert_eq!(code(&out), 0, "{}", text(&out));
 }
 
+/// The journal vouches for the exact bytes of the final snapshot, so `status` starts from
+/// it and reads only the journal's end; a snapshot with other bytes (even the same state,
+/// written differently) is checked against a full replay instead.
+#[test]
+fn status_starts_from_the_snapshot_the_journal_vouches_for() {
+    let env = Env::new();
+    let id = finished_run(&env);
+    let dir = env.run_dir(&id);
+    let journal = std::fs::read_to_string(dir.join("events.jsonl")).unwrap();
+    let last: serde_json::Value = serde_json::from_str(journal.lines().last().unwrap()).unwrap();
+    let state_bytes = std::fs::read(dir.join("state.json")).unwrap();
+    assert_eq!(last["event"], "snapshot_written", "{journal}");
+    assert_eq!(
+        last["sha256"].as_str().unwrap(),
+        rho_ipc::digest::sha256_tagged(&state_bytes)
+    );
+    let state: serde_json::Value = serde_json::from_slice(&state_bytes).unwrap();
+    assert_eq!(
+        state["last_event_sequence"].as_u64().unwrap() + 1,
+        last["seq"].as_u64().unwrap()
+    );
+
+    let vouched = "state read from the snapshot the journal vouches for";
+    let status = |extra_log: &str| {
+        env.command(&["workflow", "status", &id, "--output", "json"])
+            .env("RUST_LOG", extra_log)
+            .output()
+            .unwrap()
+    };
+    let fast = status("rho::workflow::runner=debug");
+    assert_eq!(code(&fast), 0, "{}", text(&fast));
+    assert!(
+        String::from_utf8_lossy(&fast.stderr).contains(vouched),
+        "{}",
+        text(&fast)
+    );
+
+    // The same state in other bytes: not vouched for, replayed, and the same document.
+    let pretty = serde_json::to_vec_pretty(&state).unwrap();
+    std::fs::write(dir.join("state.json"), &pretty).unwrap();
+    let slow = status("rho::workflow::runner=debug");
+    assert_eq!(code(&slow), 0, "{}", text(&slow));
+    assert!(
+        !String::from_utf8_lossy(&slow.stderr).contains(vouched),
+        "{}",
+        text(&slow)
+    );
+    assert_eq!(fast.stdout, slow.stdout);
+}
+
 #[test]
 fn authority_files_in_rho_home_get_the_trust_stores_checks() {
     let env = Env::new();

@@ -139,6 +139,62 @@ pub fn read_after(path: &Path, after_seq: u64) -> Result<JournalContents, Journa
     parse(path, &bytes, after_seq)
 }
 
+/// The complete records at the end of a journal (see [`read_tail`]).
+#[derive(Debug, Clone, Default)]
+pub struct JournalTail {
+    /// Verified records with contiguous sequence numbers, in order, ending with the last
+    /// complete line of the file.
+    pub events: Vec<Event>,
+    /// Bytes after the last complete line (a torn final write, or one still in progress).
+    pub torn_bytes: u64,
+}
+
+/// Reads and verifies only the records in the last `window` bytes of a journal (the window's
+/// first line, which may start before it, is left out), for a reader that holds a snapshot
+/// the journal vouches for near its end. `None` when a complete line in the window does not
+/// verify or the sequence is not contiguous: [`read`] then says where and why.
+pub fn read_tail(path: &Path, window: u64) -> Result<Option<JournalTail>, JournalError> {
+    use std::io::Seek as _;
+    let mut file = open_read(path)?;
+    let len = file
+        .metadata()
+        .map_err(|source| io_err(path, "inspect", source))?
+        .len();
+    let start = len.saturating_sub(window);
+    file.seek(std::io::SeekFrom::Start(start))
+        .map_err(|source| io_err(path, "seek", source))?;
+    let mut bytes = Vec::new();
+    file.read_to_end(&mut bytes)
+        .map_err(|source| io_err(path, "read", source))?;
+    let mut offset = 0;
+    if start > 0 {
+        match bytes.iter().position(|b| *b == b'\n') {
+            Some(newline) => offset = newline + 1,
+            None => return Ok(None),
+        }
+    }
+    let mut tail = JournalTail::default();
+    while offset < bytes.len() {
+        let Some(len) = bytes[offset..].iter().position(|b| *b == b'\n') else {
+            tail.torn_bytes = (bytes.len() - offset) as u64;
+            break;
+        };
+        let Ok(event) = decode_line(&bytes[offset..offset + len]) else {
+            return Ok(None);
+        };
+        if tail
+            .events
+            .last()
+            .is_some_and(|last| last.seq + 1 != event.seq)
+        {
+            return Ok(None);
+        }
+        tail.events.push(event);
+        offset += len + 1;
+    }
+    Ok(Some(tail))
+}
+
 fn parse(path: &Path, bytes: &[u8], after_seq: u64) -> Result<JournalContents, JournalError> {
     let mut out = JournalContents::default();
     let mut offset = 0usize;
@@ -562,6 +618,49 @@ mod tests {
         let (_, events) = Journal::open(&path).unwrap();
         assert_eq!(events.len(), 2);
         assert!(matches!(events[1].kind, EventKind::JournalRepaired { .. }));
+    }
+
+    #[test]
+    fn the_tail_holds_the_last_complete_records_and_refuses_damage() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("events.jsonl");
+        let mut j = Journal::create(&path).unwrap();
+        j.append(created()).unwrap();
+        for _ in 0..20 {
+            j.append(EventKind::LifecycleChanged {
+                lifecycle: Lifecycle::Running,
+            })
+            .unwrap();
+        }
+        j.sync().unwrap();
+        drop(j);
+        let whole = std::fs::read(&path).unwrap();
+        let last_line = whole[..whole.len() - 1]
+            .iter()
+            .rposition(|b| *b == b'\n')
+            .unwrap();
+        // A window reaching into the middle of the last-but-one line: only the last one.
+        let window = (whole.len() - last_line) as u64 + 5;
+        let tail = read_tail(&path, window).unwrap().unwrap();
+        assert_eq!(tail.events.len(), 1);
+        assert_eq!(tail.events[0].seq, 21);
+        assert_eq!(tail.torn_bytes, 0);
+        // The whole file fits: every record, in order.
+        let all = read_tail(&path, 1 << 20).unwrap().unwrap();
+        assert_eq!(
+            all.events.iter().map(|e| e.seq).collect::<Vec<_>>(),
+            (1..=21).collect::<Vec<_>>()
+        );
+        // A torn final write is reported, not decoded.
+        let mut torn = whole.clone();
+        torn.extend_from_slice(b"{\"check\":\"12");
+        std::fs::write(&path, &torn).unwrap();
+        let tail = read_tail(&path, 1 << 20).unwrap().unwrap();
+        assert_eq!((tail.events.len(), tail.torn_bytes), (21, 12));
+        // A damaged complete line in the window: no tail, the caller reads everything.
+        let text = String::from_utf8(whole).unwrap();
+        std::fs::write(&path, text.replacen("running", "RUNNING", 19)).unwrap();
+        assert!(read_tail(&path, 1 << 20).unwrap().is_none());
     }
 
     #[test]

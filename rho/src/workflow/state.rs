@@ -639,6 +639,14 @@ pub enum EventKind {
         /// Bytes removed from the end of the file.
         dropped_bytes: u64,
     },
+    /// `state.json` was replaced by the state as of the previous record. The journal vouches
+    /// for those exact bytes, so a reader that finds this record near the end can start from
+    /// the snapshot instead of replaying every record (a snapshot with other bytes, a hand
+    /// edit or a stale copy, is checked against a full replay instead).
+    SnapshotWritten {
+        /// `sha256:<hex>` of the `state.json` bytes written.
+        sha256: String,
+    },
 }
 
 impl EventKind {
@@ -665,6 +673,7 @@ impl EventKind {
             EventKind::EscalationCounters { .. } => "escalation_counters",
             EventKind::HookFailed { .. } => "hook_failed",
             EventKind::JournalRepaired { .. } => "journal_repaired",
+            EventKind::SnapshotWritten { .. } => "snapshot_written",
         }
     }
 }
@@ -932,7 +941,9 @@ pub fn apply(state: &mut State, event: &Event) -> Result<(), StateError> {
         }
         EventKind::EscalationCounters { counters } => state.escalation = Some(*counters),
         EventKind::HookFailed { failure } => state.hook_failures.push(failure.clone()),
-        EventKind::JournalRepaired { .. } | EventKind::ConsentGiven { .. } => {}
+        EventKind::JournalRepaired { .. }
+        | EventKind::ConsentGiven { .. }
+        | EventKind::SnapshotWritten { .. } => {}
     }
     state.last_event_sequence = seq;
     state.revision += 1;

@@ -5,7 +5,7 @@
 use crate::paths::RhoHome;
 use crate::workflow::exec;
 use crate::workflow::journal::{self};
-use crate::workflow::state::{AttemptPhase, Lifecycle, State, apply};
+use crate::workflow::state::{AttemptPhase, EventKind, Lifecycle, State, apply};
 use crate::workflow::store::StoreError;
 use crate::workflow::store::runs::{self, RunDir, StoredManifest};
 
@@ -93,11 +93,60 @@ pub fn inspect(home: &RhoHome, run_id: &str) -> Result<(RunDir, Inspection), Run
     ))
 }
 
-/// The run's state replayed from its journal, with the `state.json` snapshot checked
-/// against the same prefix of it: a snapshot ahead of the journal or different from its
-/// replay (a hand edit, a stale copy) is corruption, never believed. Returns the state and
-/// the bytes of a torn journal tail (its writer may still be writing it).
+/// How far from the journal's end [`vouched_snapshot`] looks for the record that vouches
+/// for `state.json` (a finished run ends with it; a live one writes a snapshot every
+/// 1,024 records).
+const TAIL_WINDOW: u64 = 256 * 1024;
+
+/// The run's state: the `state.json` snapshot when the journal vouches for its exact bytes
+/// near its end (plus the records after it), else the journal replayed from its start with
+/// the snapshot checked against the same prefix of it. A snapshot ahead of the journal or
+/// different from its replay (a hand edit, a stale copy) is corruption, never believed.
+/// Returns the state and the bytes of a torn journal tail (its writer may still be writing
+/// it).
 fn checked_state(run: &RunDir) -> Result<(State, u64), RunError> {
+    if let Some(found) = vouched_snapshot(run)? {
+        return Ok(found);
+    }
+    replayed_state(run)
+}
+
+/// `state.json` as the journal vouches for it: its digest is the one of a
+/// `snapshot_written` record in the journal's last [`TAIL_WINDOW`] bytes that directly
+/// follows the snapshot's last record; the records after it are applied. `None` (read the
+/// whole journal instead) for anything else.
+fn vouched_snapshot(run: &RunDir) -> Result<Option<(State, u64)>, RunError> {
+    let Some(bytes) = run.read_state_bytes()? else {
+        return Ok(None);
+    };
+    let Some(tail) = journal::read_tail(&run.events_path(), TAIL_WINDOW)? else {
+        return Ok(None);
+    };
+    let digest = rho_ipc::digest::sha256_tagged(&bytes);
+    let Some(at) = tail.events.iter().rposition(
+        |e| matches!(&e.kind, EventKind::SnapshotWritten { sha256 } if *sha256 == digest),
+    ) else {
+        return Ok(None);
+    };
+    let Ok(mut state) = serde_json::from_slice::<State>(&bytes) else {
+        return Ok(None);
+    };
+    if state.last_event_sequence + 1 != tail.events[at].seq {
+        return Ok(None);
+    }
+    for event in &tail.events[at..] {
+        apply(&mut state, event)?;
+    }
+    tracing::debug!(
+        snapshot = state.last_event_sequence,
+        records_applied = tail.events.len() - at,
+        "state read from the snapshot the journal vouches for"
+    );
+    Ok(Some((state, tail.torn_bytes)))
+}
+
+/// The journal replayed from its first record, the snapshot checked on the way.
+fn replayed_state(run: &RunDir) -> Result<(State, u64), RunError> {
     let snapshot = run.read_state()?;
     let contents = journal::read(&run.events_path())?;
     let corrupt = |problem: String| {

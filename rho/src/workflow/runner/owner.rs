@@ -115,8 +115,18 @@ impl<'p> Owner<'p> {
     /// Makes the journal durable and writes the snapshot for it.
     pub(super) fn checkpoint(&mut self) -> Result<(), RunError> {
         self.journal.sync()?;
-        self.run.write_state(&self.state)?;
+        self.snapshot()
+    }
+
+    /// Writes the snapshot of a durable journal, then journals the snapshot's digest (handed
+    /// to the kernel, made durable with the next sync): `status` trusts a snapshot the
+    /// journal vouches for and reads only the records after it. Losing that record costs a
+    /// reader a full replay, never a wrong state.
+    fn snapshot(&mut self) -> Result<(), RunError> {
+        let sha256 = self.run.write_state(&self.state)?;
         self.snapshot_seq = self.state.last_event_sequence;
+        self.record(EventKind::SnapshotWritten { sha256 })?;
+        self.journal.write()?;
         Ok(())
     }
 
@@ -202,8 +212,7 @@ impl<'p> Owner<'p> {
             if self.journal.synced_sequence() >= self.snapshot_seq + SNAPSHOT_EVERY
                 && !self.journal.has_unsynced()
             {
-                self.run.write_state(&self.state)?;
-                self.snapshot_seq = self.state.last_event_sequence;
+                self.snapshot()?;
             }
             if self.active.is_empty() {
                 if let Some(outcome) = scheduler::outcome(&self.program, self.state.root()) {

@@ -600,15 +600,22 @@ impl RunDir {
         })
     }
 
+    /// The snapshot's bytes as stored, when there is one.
+    pub fn read_state_bytes(&self) -> Result<Option<Vec<u8>>, StoreError> {
+        match self.dir.read_private(STATE_FILE, MAX_DOCUMENT_BYTES) {
+            Ok(bytes) => Ok(Some(bytes)),
+            Err(StoreError::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
+                Ok(None)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
     /// Reads the snapshot, when there is one.
     pub fn read_state(&self) -> Result<Option<State>, StoreError> {
         let path = self.dir.entry_path(STATE_FILE);
-        let bytes = match self.dir.read_private(STATE_FILE, MAX_DOCUMENT_BYTES) {
-            Ok(bytes) => bytes,
-            Err(StoreError::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
-                return Ok(None);
-            }
-            Err(e) => return Err(e),
+        let Some(bytes) = self.read_state_bytes()? else {
+            return Ok(None);
         };
         serde_json::from_slice(&bytes)
             .map(Some)
@@ -618,9 +625,10 @@ impl RunDir {
             })
     }
 
-    /// Replaces the snapshot atomically. The caller guarantees the journal is durable up to
-    /// `state.last_event_sequence` (a snapshot is never ahead of the journal).
-    pub fn write_state(&self, state: &State) -> Result<(), StoreError> {
+    /// Replaces the snapshot atomically and returns `sha256:<hex>` of the bytes written. The
+    /// caller guarantees the journal is durable up to `state.last_event_sequence` (a
+    /// snapshot is never ahead of the journal).
+    pub fn write_state(&self, state: &State) -> Result<String, StoreError> {
         let bytes = serde_json::to_vec(state).map_err(|e| StoreError::Corrupt {
             path: self.dir.entry_path(STATE_FILE),
             problem: format!("cannot serialize: {e}"),
@@ -628,7 +636,7 @@ impl RunDir {
         crate::workflow::crashpoint::reached("state:write");
         self.dir.write_atomic(STATE_FILE, &bytes)?;
         crate::workflow::crashpoint::reached("state:written");
-        Ok(())
+        Ok(rho_ipc::digest::sha256_tagged(&bytes))
     }
 
     /// Takes `mutation.lock` without waiting; `None` when another process holds it.
