@@ -328,3 +328,21 @@ fn without_a_cgroup_recovery_and_delete_refuse_while_a_detached_descendant_outli
     assert_eq!(state.root().node_state("d"), Some(NodeState::Success));
     assert_eq!(state.root().tasks["d"].attempts.len(), 2);
 }
+
+#[test]
+fn without_a_cgroup_a_detached_descendant_dies_with_its_killed_owner() {
+    if !tracked_here() {
+        return;
+    }
+    let env = Env::new();
+    let (mut owner, id, escaped) = start_tracked_run(&env);
+    // Only the owner dies: its guardian kills every process carrying the owner's tags.
+    sigkill(owner.id() as i32);
+    owner.wait().unwrap();
+    wait_for("the detached sleeper to die with its owner", || {
+        !running(escaped)
+    });
+    std::fs::write(env.ws.join("again"), "").unwrap();
+    let out = env.rho(&["workflow", "resume", &id, "--yes", "--recover-uncertain"]);
+    assert_eq!(code(&out), 0, "{}", text(&out));
+}

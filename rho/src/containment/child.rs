@@ -3,8 +3,10 @@
 //! subreaper carrying its tree's tag (the tracked fallback). The executor's own spawner
 //! calls [`enter_tracked`] in its child too.
 //!
-//! Invariant: the hook only makes async-signal-safe system calls on a descriptor opened
-//! before the fork, and allocates nothing.
+//! Also [`kill_tagged`], which the exec guardian runs when its owner died.
+//!
+//! Invariant: the code here only makes async-signal-safe system calls on descriptors
+//! opened before the fork and on stack memory, and allocates nothing.
 #![allow(unsafe_code)]
 
 use std::io;
@@ -68,5 +70,161 @@ pub(crate) fn enter_tracked(tag: u64) -> bool {
         }
         limit.rlim_cur = tag;
         libc::setrlimit(libc::RLIMIT_RTTIME, &raw const limit) == 0
+    }
+}
+
+/// Sends SIGKILL to every process whose `RLIMIT_RTTIME` soft limit `t` has
+/// `t >> TREE_BITS == owner >> TREE_BITS` (a tree of the owner whose tags start with
+/// `owner`, see [`super::tracked::owner_tags`]), round after round until a round finds none
+/// (a process forked meanwhile carries the tag too), at most 64 rounds. Async-signal-safe:
+/// for a process forked from a multithreaded one (the exec guardian).
+pub(crate) fn kill_tagged(owner: u64) {
+    let shift = super::tracked::TREE_BITS;
+    for _ in 0..64 {
+        if kill_tagged_round(owner >> shift, shift) == 0 {
+            return;
+        }
+    }
+}
+
+/// One scan of `/proc`; the number of processes signalled.
+fn kill_tagged_round(high: u64, shift: u32) -> usize {
+    #[repr(C, align(8))]
+    struct Buffer([u8; 4096]);
+    let mut killed = 0;
+    // SAFETY (whole block): open/getdents64/read/close/pidfd system calls on stack buffers
+    // whose lengths are passed; every pointer stays within its buffer.
+    unsafe {
+        let proc_fd = libc::open(
+            c"/proc".as_ptr(),
+            libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC,
+        );
+        if proc_fd < 0 {
+            return 0;
+        }
+        let mut entries = Buffer([0; 4096]);
+        loop {
+            let n = libc::syscall(
+                libc::SYS_getdents64,
+                proc_fd,
+                entries.0.as_mut_ptr(),
+                entries.0.len(),
+            );
+            let Ok(n) = usize::try_from(n) else { break };
+            if n == 0 {
+                break;
+            }
+            let mut offset = 0;
+            while offset + 19 < n {
+                let record = &entries.0[offset..n];
+                let reclen = usize::from(u16::from_ne_bytes([record[16], record[17]]));
+                if reclen == 0 {
+                    break;
+                }
+                let name = &record[19..reclen.min(record.len())];
+                let len = name.iter().position(|&b| b == 0).unwrap_or(name.len());
+                if let Some(pid) = parse_pid(&name[..len])
+                    && kill_if_tagged(pid, &name[..len], high, shift)
+                {
+                    killed += 1;
+                }
+                offset += reclen;
+            }
+        }
+        libc::close(proc_fd);
+    }
+    killed
+}
+
+fn parse_pid(name: &[u8]) -> Option<i32> {
+    if name.is_empty() || name.len() > 9 {
+        return None;
+    }
+    let mut pid: i32 = 0;
+    for &b in name {
+        if !b.is_ascii_digit() {
+            return None;
+        }
+        pid = pid * 10 + i32::from(b - b'0');
+    }
+    Some(pid)
+}
+
+/// Pins `pid` with a pidfd, reads its limits and signals it when its tag matches.
+fn kill_if_tagged(pid: i32, digits: &[u8], high: u64, shift: u32) -> bool {
+    let mut path = [0_u8; 32];
+    let (prefix, suffix) = (b"/proc/", b"/limits\0");
+    let total = prefix.len() + digits.len() + suffix.len();
+    if total > path.len() {
+        return false;
+    }
+    path[..prefix.len()].copy_from_slice(prefix);
+    path[prefix.len()..prefix.len() + digits.len()].copy_from_slice(digits);
+    path[prefix.len() + digits.len()..total].copy_from_slice(suffix);
+    let mut text = [0_u8; 4096];
+    // SAFETY: system calls on a NUL-terminated stack path and a stack buffer of the length
+    // passed; the descriptors opened here are closed here.
+    unsafe {
+        let pidfd = libc::syscall(libc::SYS_pidfd_open, pid, 0);
+        let Ok(pidfd) = libc::c_int::try_from(pidfd) else {
+            return false;
+        };
+        if pidfd < 0 {
+            return false;
+        }
+        let fd = libc::open(path.as_ptr().cast(), libc::O_RDONLY | libc::O_CLOEXEC);
+        let mut len = 0;
+        if fd >= 0 {
+            let n = libc::read(fd, text.as_mut_ptr().cast(), text.len());
+            len = usize::try_from(n).unwrap_or(0);
+            libc::close(fd);
+        }
+        let matched = realtime_soft_limit(&text[..len]).is_some_and(|soft| soft >> shift == high);
+        if matched {
+            libc::syscall(
+                libc::SYS_pidfd_send_signal,
+                pidfd,
+                libc::SIGKILL,
+                std::ptr::null::<libc::siginfo_t>(),
+                0_u32,
+            );
+        }
+        libc::close(pidfd);
+        matched
+    }
+}
+
+/// The soft limit on the `Max realtime timeout` line of `/proc/<pid>/limits` text, when
+/// it is a number. Allocates nothing.
+fn realtime_soft_limit(text: &[u8]) -> Option<u64> {
+    let key = b"Max realtime timeout";
+    let start = text.windows(key.len()).position(|w| w == key)? + key.len();
+    let mut value: u64 = 0;
+    let mut digits = 0;
+    for &b in text[start..].iter().skip_while(|b| **b == b' ') {
+        if !b.is_ascii_digit() {
+            break;
+        }
+        value = value.checked_mul(10)?.checked_add(u64::from(b - b'0'))?;
+        digits += 1;
+    }
+    (digits > 0).then_some(value)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_soft_realtime_limit_is_parsed_without_allocating() {
+        let text = b"Max realtime priority     0    0\nMax realtime timeout      1125899923619840     unlimited            us\n";
+        assert_eq!(realtime_soft_limit(text), Some(1_125_899_923_619_840));
+        assert_eq!(
+            realtime_soft_limit(b"Max realtime timeout      unlimited   unlimited  us\n"),
+            None
+        );
+        assert_eq!(parse_pid(b"4242"), Some(4242));
+        assert_eq!(parse_pid(b"self"), None);
+        assert_eq!(parse_pid(b""), None);
     }
 }

@@ -20,7 +20,9 @@
 //! the owner unseen (its parent and the leader exited between two walks) is recognised by
 //! the tag, and a later process scans `/proc` for it besides checking the recorded
 //! identities, so even a descendant the owner never saw before it died is found.
-//! The tag is the first line of the record (`tag N`).
+//! The tag is the first line of the record (`tag N`). The tags of one owner share their
+//! high bits ([`owner_tags`]), so when the owner dies outright, its exec guardian (a process
+//! of its own that outlives it) kills every process carrying one of them.
 //!
 //! Stopping a tree first freezes it (SIGSTOP to the group and to every known member, then
 //! a fresh walk, until a walk finds nothing new: a stopped process cannot fork), then sends
@@ -52,6 +54,21 @@ pub const RECORD_FILE: &str = "descendants";
 
 /// The lowest tag (microseconds of `RLIMIT_RTTIME`): 2^50 µs, about 35 years.
 pub const TAG_BASE: u64 = 1 << 50;
+
+/// A tag is `TAG_BASE | owner << TREE_BITS | tree`: the low bits number the owner's trees,
+/// the bits above them are random per owner, so the exec guardian can find every tree of
+/// its owner by [`owner_tags`] alone.
+pub const TREE_BITS: u32 = 24;
+
+/// The tag bits shared by every tree of this process (`TAG_BASE` and the random owner
+/// part); a tag `t` is this owner's when `t >> TREE_BITS == owner_tags() >> TREE_BITS`.
+pub fn owner_tags() -> u64 {
+    static OWNER: OnceLock<u64> = OnceLock::new();
+    *OWNER.get_or_init(|| {
+        let random = uuid::Uuid::new_v4().as_u64_pair().0;
+        TAG_BASE | ((random << TREE_BITS) & (TAG_BASE - 1))
+    })
+}
 
 /// A process identity: pid and start time (clock ticks after boot).
 type Identity = (i32, u64);
@@ -249,9 +266,10 @@ impl TrackedTree {
         label: &str,
         record: Option<(File, PathBuf)>,
     ) -> Result<Arc<Self>, ContainmentError> {
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
         let tracker = tracker()?;
-        let random = uuid::Uuid::new_v4().as_u64_pair().0;
-        let tag = TAG_BASE | (random & (TAG_BASE - 1));
+        let tree = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed) & ((1 << TREE_BITS) - 1);
+        let tag = owner_tags() | tree;
         let mut state = TreeState {
             record,
             ..TreeState::default()

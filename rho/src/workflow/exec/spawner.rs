@@ -152,8 +152,13 @@ fn start_spawner() -> Result<Spawner, String> {
             None
         }
     };
-    let guardian =
-        start_guardian(slots, tree_kill).map_err(|e| format!("cannot start the guardian: {e}"))?;
+    // Without cgroups, trees are tracked and tagged: the guardian kills the owner's tags.
+    let tags = match crate::containment::owner_root() {
+        Ok(_) => None,
+        Err(_) => Some(crate::containment::tracked::owner_tags()),
+    };
+    let guardian = start_guardian(slots, tree_kill, tags)
+        .map_err(|e| format!("cannot start the guardian: {e}"))?;
     let (tx, rx) = mpsc::channel::<Job>();
     std::thread::Builder::new()
         .name("rho-exec-spawner".to_owned())
@@ -494,7 +499,11 @@ fn child_fail(plan: &ChildPlan<'_>, stage: i32) -> ! {
 
 /// Forks the guardian and returns the write end of its pipe. `tree_kill` is the owner
 /// root's `cgroup.kill`, written when the owner is gone.
-fn start_guardian(slots: &'static [AtomicI32], tree_kill: Option<OwnedFd>) -> io::Result<OwnedFd> {
+fn start_guardian(
+    slots: &'static [AtomicI32],
+    tree_kill: Option<OwnedFd>,
+    tags: Option<u64>,
+) -> io::Result<OwnedFd> {
     let (read_end, write_end) = pipe2(OFlag::O_CLOEXEC).map_err(io::Error::from)?;
     // Both above the numbers the guardian moves them to (3 and 4), so neither move can
     // close the other.
@@ -514,7 +523,7 @@ fn start_guardian(slots: &'static [AtomicI32], tree_kill: Option<OwnedFd>) -> io
         return Err(io::Error::last_os_error());
     }
     if pid == 0 {
-        guardian_main(read_fd, kill_fd, &full_mask, slots);
+        guardian_main(read_fd, kill_fd, tags, &full_mask, slots);
     }
     drop((read_end, tree_kill));
     tracing::debug!(guardian = pid, "exec guardian started");
@@ -533,10 +542,12 @@ fn dup_at_least(fd: &OwnedFd, min: RawFd) -> io::Result<OwnedFd> {
 }
 
 /// The guardian: waits for the owner's end of the pipe to close, then kills every group
-/// still in a slot and every contained tree.
+/// still in a slot and every contained tree (the owner root's cgroup, or every process
+/// carrying one of the owner's `tags`, see [`crate::containment::tracked`]).
 fn guardian_main(
     read_fd: RawFd,
     kill_fd: Option<RawFd>,
+    tags: Option<u64>,
     full_mask: &libc::sigset_t,
     slots: &[AtomicI32],
 ) -> ! {
@@ -578,6 +589,9 @@ fn guardian_main(
             if pgid > 1 {
                 libc::kill(-pgid, libc::SIGKILL);
             }
+        }
+        if let Some(tags) = tags {
+            crate::containment::child::kill_tagged(tags);
         }
         libc::_exit(0)
     }
