@@ -1143,3 +1143,56 @@ fn doctor_checks_config_data_directory_and_provider_keys_without_printing_them()
         run.stdout
     );
 }
+
+/// The state letter of `/proc/<pid>/stat` (after the command name, which may hold spaces).
+fn proc_state(stat: &str) -> Option<char> {
+    stat.rsplit_once(')')?.1.trim_start().chars().next()
+}
+
+#[test]
+fn a_finished_worker_is_killed_at_once_and_reaped_when_the_conversation_drops() {
+    use rho::workflow::plan::worker::{Conversation, WorkerCommand};
+
+    let worker = plan_support::worker_bin();
+    let command = WorkerCommand::locate(
+        Some(worker.as_os_str()),
+        None,
+        &rho_ipc::budget::Budgets::default(),
+    )
+    .unwrap();
+    let (mut conversation, report) = Conversation::start(&command).unwrap();
+    assert!(report.refused.is_none(), "{report:?}");
+    let pid = conversation.pid();
+    let alive = conversation
+        .proc_file("stat")
+        .as_deref()
+        .and_then(proc_state);
+    assert!(
+        matches!(alive, Some('R' | 'S')),
+        "the worker runs or waits for its request: {alive:?}"
+    );
+
+    conversation.kill_now_reap_on_drop();
+    // SIGKILL is delivered asynchronously: wait (boundedly) for the zombie.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let state = loop {
+        let state = conversation
+            .proc_file("stat")
+            .as_deref()
+            .and_then(proc_state);
+        if state == Some('Z') || std::time::Instant::now() > deadline {
+            break state;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    };
+    assert_eq!(state, Some('Z'), "killed, and not reaped before the drop");
+
+    drop(conversation);
+    let after = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok();
+    // The pid may only have been reused by an unrelated process if it was reaped.
+    assert!(
+        after.as_deref().and_then(proc_state) != Some('Z')
+            || !after.as_deref().unwrap_or("").contains("rho-planner"),
+        "still a zombie after the drop: {after:?}"
+    );
+}

@@ -437,7 +437,8 @@ pub fn plan(input: &PlanInput<'_>) -> Result<Planned, PlanError> {
         input.process.sandbox.as_deref(),
         budgets,
     )?;
-    let (workflow, hardening) = evaluate(
+    // `_worker` is killed already; it is reaped when dropped at the end of this function.
+    let (workflow, hardening, _worker) = evaluate(
         &command,
         &mut service,
         &entry.label,
@@ -633,7 +634,8 @@ fn is_symlink(path: &Path) -> bool {
     std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_symlink())
 }
 
-/// Runs one plan conversation with the worker.
+/// Runs one plan conversation with the worker. On success the conversation comes back with
+/// the worker's group already killed: the caller drops it (reaping the worker) when done.
 fn evaluate(
     command: &WorkerCommand,
     service: &mut ModuleService<'_>,
@@ -641,7 +643,7 @@ fn evaluate(
     entry_source: String,
     inputs: BTreeMap<String, Data>,
     budgets: &Budgets,
-) -> Result<(EvaluatedWorkflow, HardeningReport), PlanError> {
+) -> Result<(EvaluatedWorkflow, HardeningReport, Conversation), PlanError> {
     let (mut conversation, hardening) = Conversation::start(command)?;
     conversation.send(HostMessage::Plan(PlanRequest {
         entry_label: entry_label.to_owned(),
@@ -671,7 +673,7 @@ fn evaluate(
             }
         }
     };
-    conversation.shutdown();
+    conversation.kill_now_reap_on_drop();
     match response {
         PlanResponse::Diagnostics(diagnostics)
             if diagnostics.is_empty() && !refusals.is_empty() =>
@@ -685,7 +687,7 @@ fn evaluate(
         PlanResponse::Workflow(_) if !refusals.is_empty() => Err(PlanError::Invalid {
             diagnostics: refusals,
         }),
-        PlanResponse::Workflow(workflow) => Ok((workflow, hardening)),
+        PlanResponse::Workflow(workflow) => Ok((workflow, hardening, conversation)),
     }
 }
 
