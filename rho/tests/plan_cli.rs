@@ -343,6 +343,45 @@ fn doctor_reports_every_protection_and_probe() {
 }
 
 #[test]
+fn doctor_says_how_process_trees_are_contained() {
+    let containment = |value: Option<&str>| {
+        let mut env = Env::new();
+        if let Some(value) = value {
+            env.vars
+                .push(("RHO_CONTAINMENT".to_owned(), value.to_owned()));
+        }
+        let run = env.rho(&["doctor", "--output", "json"]);
+        let doc: serde_json::Value = serde_json::from_str(&run.stdout).unwrap();
+        let check = doc["checks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["name"] == "process-tree containment")
+            .cloned()
+            .unwrap_or_else(|| panic!("no containment check: {doc}"));
+        (run.code, check)
+    };
+    let (_, check) = containment(Some("subreaper"));
+    assert_eq!(check["status"], "ok", "{check}");
+    assert!(
+        check["detail"]
+            .as_str()
+            .unwrap()
+            .contains("selected by RHO_CONTAINMENT=subreaper"),
+        "{check}"
+    );
+    let (code, check) = containment(Some("bogus"));
+    assert_eq!(check["status"], "failed", "{check}");
+    assert!(
+        check["detail"].as_str().unwrap().contains("`bogus`"),
+        "{check}"
+    );
+    assert_eq!(code, 1, "an unusable setting fails doctor");
+    let (_, check) = containment(None);
+    assert_eq!(check["status"], "ok", "{check}");
+}
+
+#[test]
 fn shipped_examples_plan() {
     let env = Env::new();
     let examples = Path::new(env!("CARGO_MANIFEST_DIR"))

@@ -144,6 +144,7 @@ fn setup_checks() -> Vec<Check> {
         home.root(),
         nix::unistd::geteuid().as_raw(),
     ));
+    checks.push(setup::check_containment());
     let root = super::root::options();
     let file = root.config.clone().unwrap_or_else(|| home.config_file());
     let loaded = root.load_config(&home);
@@ -210,7 +211,7 @@ fn render_text(
     for check in sandbox.checks.iter().chain(setup) {
         let title = match check.area {
             "sandbox" => "proofs (each protection on its own):",
-            "config" | "data_directory" => "setup:",
+            "config" | "data_directory" | "containment" => "setup:",
             _ => "agent runtimes:",
         };
         if title != section {

@@ -34,6 +34,51 @@ pub fn check_config(file: &Path, loaded: &Result<Config, ConfigError>) -> Check 
     }
 }
 
+/// How command trees are contained here (see [`crate::containment`]): a cgroup v2 per tree,
+/// else the subreaper fallback; failed when `RHO_CONTAINMENT` is unusable or neither works
+/// (a detached descendant could then outlive its node).
+pub fn check_containment() -> Check {
+    use crate::containment::{self, Mode};
+    const NAME: &str = "process-tree containment";
+    let fix = "unset RHO_CONTAINMENT or set it to `auto` or `subreaper`";
+    let mode = match containment::mode() {
+        Ok(mode) => mode,
+        Err(e) => {
+            return Check::not_ok("containment", NAME, CheckStatus::Failed, e.to_string(), fix);
+        }
+    };
+    let cgroup = match containment::owner_root() {
+        Ok(root) => {
+            return Check::ok(
+                "containment",
+                NAME,
+                format!("a cgroup v2 per tree below {}", root.path()),
+            );
+        }
+        Err(e) => e,
+    };
+    let why = if mode == Mode::Subreaper {
+        "selected by RHO_CONTAINMENT=subreaper".to_owned()
+    } else {
+        format!("no cgroup: {cgroup}")
+    };
+    match containment::tracked::available() {
+        Ok(()) => Check::ok(
+            "containment",
+            NAME,
+            format!("subreaper fallback: descendants recorded by identity and tag ({why})"),
+        ),
+        Err(e) => Check::not_ok(
+            "containment",
+            NAME,
+            CheckStatus::Failed,
+            format!("none: {why}; and the subreaper fallback is unavailable: {e}"),
+            "delegate a writable cgroup v2 hierarchy to this user (a systemd user slice), or \
+             use a kernel with CONFIG_PROC_CHILDREN",
+        ),
+    }
+}
+
 /// The data directory (`RHO_HOME`) is a directory owned by this user with no group or
 /// other permissions; a missing one is created private on first use. `euid` is this
 /// process's effective user.
