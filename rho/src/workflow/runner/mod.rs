@@ -13,6 +13,7 @@ mod cancel;
 mod inspect;
 pub mod output;
 mod owner;
+mod pool;
 mod resume;
 pub mod signals;
 mod start;

@@ -19,6 +19,7 @@ use rho_policy::HookEventName;
 use rho_policy::hooks::HostLabels;
 
 use super::authorize::HookFailure;
+use super::pool::WorkerPool;
 use super::worker::{self, Finished, Shared, Work, WorkerMsg};
 use super::{ProgressSink, RunError, signals, template};
 use crate::workflow::exec::CancelToken;
@@ -64,6 +65,8 @@ pub(super) struct Owner<'p> {
     scheduler: scheduler::Scheduler,
     /// The order of the latest classifier counters journaled by this owner.
     counters_order: u64,
+    /// The threads attempts run on.
+    pool: WorkerPool,
 }
 
 struct Job {
@@ -100,6 +103,7 @@ impl<'p> Owner<'p> {
             cancelling: None,
             scheduler,
             counters_order: 0,
+            pool: WorkerPool::new(),
         }
     }
 
@@ -385,7 +389,7 @@ impl<'p> Owner<'p> {
         let shared = Arc::clone(&self.shared);
         let program = Arc::clone(&self.program);
         let tx = self.tx.clone();
-        std::thread::spawn(move || {
+        self.pool.run(move || {
             let node = &program.root.nodes[job.index];
             worker::run(&shared, node, job.attempt, job.work, &token, &tx);
         });

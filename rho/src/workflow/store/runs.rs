@@ -204,6 +204,7 @@ pub fn open(home: &RhoHome, id: &str) -> Result<RunDir, StoreError> {
     Ok(RunDir {
         dir,
         id: id.to_owned(),
+        nodes: std::sync::OnceLock::new(),
     })
 }
 
@@ -457,6 +458,9 @@ pub struct OwnerLock {
 pub struct RunDir {
     dir: PrivateDir,
     id: String,
+    /// `nodes/`, opened (and checked) by the first attempt that needs it and kept for the
+    /// others.
+    nodes: std::sync::OnceLock<PrivateDir>,
 }
 
 impl RunDir {
@@ -671,8 +675,14 @@ impl RunDir {
                 problem: format!("node id `{node}` cannot name a directory"),
             });
         }
-        self.dir
-            .ensure_private_dir("nodes")?
+        let nodes = match self.nodes.get() {
+            Some(nodes) => nodes,
+            None => {
+                let opened = self.dir.ensure_private_dir("nodes")?;
+                self.nodes.get_or_init(|| opened)
+            }
+        };
+        nodes
             .ensure_private_dir(node)?
             .ensure_private_dir("attempts")?
             .ensure_private_dir(&attempt.to_string())
