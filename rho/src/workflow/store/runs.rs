@@ -675,12 +675,11 @@ impl RunDir {
                 problem: format!("node id `{node}` cannot name a directory"),
             });
         }
-        let nodes = match self.nodes.get() {
-            Some(nodes) => nodes,
-            None => {
-                let opened = self.dir.ensure_private_dir("nodes")?;
-                self.nodes.get_or_init(|| opened)
-            }
+        let nodes = if let Some(nodes) = self.nodes.get() {
+            nodes
+        } else {
+            let opened = self.dir.ensure_private_dir("nodes")?;
+            self.nodes.get_or_init(|| opened)
         };
         nodes
             .ensure_private_dir(node)?
