@@ -281,3 +281,98 @@ fn without_a_cgroup_a_setsid_descendant_of_a_bash_call_dies_when_the_call_ends()
 fn without_a_cgroup_a_setsid_descendant_of_a_bash_call_dies_at_its_timeout() {
     assert_gone(bash_call_with_an_escapee("subreaper", ESCAPE_THEN_HANG, 1));
 }
+
+/// `rho run` is killed outright while an agent's `bash` call runs a sleeper that left the
+/// call's group: the exec guardian kills it (through the call's cgroup, or its tag under
+/// the subreaper fallback).
+fn escapee_of_a_killed_session(containment: &str) -> i32 {
+    let server = ModelServer::start([
+        Reply::Turn(ScriptedTurn::text("").with_tool_call(
+            "bash",
+            &json!({"command": ESCAPE_THEN_HANG, "timeout_seconds": 600}),
+        )),
+        Reply::text("Done."),
+    ]);
+    let env = AgentEnv::new(&server);
+    let mut rho = env.rho(&["--permission-mode", "bypass", "run", "start it"]);
+    rho.env("RHO_CONTAINMENT", containment)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null());
+    let mut child = rho.spawn().unwrap();
+    let pid_file = env.workspace.join("esc.pid");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let escaped: i32 = loop {
+        if let Ok(text) = std::fs::read_to_string(&pid_file)
+            && let Ok(pid) = text.trim().parse()
+        {
+            break pid;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the call never started its sleeper"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    };
+    // The sleeper has left the call's group once `setsid` has run: wait for its session.
+    while std::fs::read_to_string(format!("/proc/{escaped}/stat")).is_ok_and(|s| {
+        s.rsplit(')').next().unwrap_or("").split_whitespace().nth(3) != Some(&escaped.to_string())
+    }) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the sleeper never left the session"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id().cast_signed()),
+        nix::sys::signal::Signal::SIGKILL,
+    );
+    child.wait().unwrap();
+    escaped
+}
+
+fn assert_dies(pid: i32) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while running(pid) {
+        if std::time::Instant::now() > deadline {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+            panic!("the setsid descendant {pid} of a bash call outlived the killed session");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+}
+
+#[test]
+fn a_setsid_descendant_of_a_bash_call_dies_with_a_killed_session() {
+    assert_dies(escapee_of_a_killed_session("auto"));
+}
+
+#[test]
+fn without_a_cgroup_a_setsid_descendant_of_a_bash_call_dies_with_a_killed_session() {
+    assert_dies(escapee_of_a_killed_session("subreaper"));
+}
+
+#[test]
+fn an_unusable_containment_setting_fails_the_bash_call_naming_it() {
+    let server = ModelServer::start([
+        Reply::Turn(
+            ScriptedTurn::text("").with_tool_call("bash", &json!({"command": "touch ran.txt"})),
+        ),
+        Reply::text("Done."),
+    ]);
+    let env = AgentEnv::new(&server);
+    let mut rho = env.rho(&["--permission-mode", "bypass", "run", "run it"]);
+    rho.env("RHO_CONTAINMENT", "bogus");
+    let out = rho.output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let results = tool_results(&server.model_requests()[1].json());
+    assert!(
+        results[0].contains("RHO_CONTAINMENT=`bogus`"),
+        "{}",
+        results[0]
+    );
+    assert!(!env.workspace.join("ran.txt").exists(), "nothing ran");
+}

@@ -137,6 +137,11 @@ pub fn launch_shell(
         fcntl(&read, FcntlArg::F_SETFL(OFlag::O_NONBLOCK)).map_err(|e| setup(what)(e.into()))?;
         Ok((read, above_stdio(write).map_err(setup(what))?))
     };
+    // An unusable RHO_CONTAINMENT is refused, not ignored.
+    crate::containment::mode().map_err(|e| ExecError::Setup {
+        what: "choosing how to contain the shell",
+        source: io::Error::other(e.to_string()),
+    })?;
     let (out_r, out_w) = pipe("stdout pipe")?;
     let (err_r, err_w) = pipe("stderr pipe")?;
     let (cgroup, join) = tree_cgroup();

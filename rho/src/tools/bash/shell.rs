@@ -136,17 +136,23 @@ pub fn spawn_shell(
     Ok(child)
 }
 
-/// A fresh containment for one call's tree; `None` (with a warning) where neither a cgroup
-/// nor the subreaper fallback is available.
-fn call_tree() -> Option<crate::containment::Tree> {
+/// A fresh containment for one call's tree, with the exec guardian running (it kills the
+/// tree if this process dies); `None` (with a warning) where neither a cgroup nor the
+/// subreaper fallback is available. An unusable `RHO_CONTAINMENT` is an error.
+fn call_tree() -> io::Result<Option<crate::containment::Tree>> {
+    crate::containment::mode().map_err(|e| io::Error::other(e.to_string()))?;
     let label = format!("bash-{}", uuid::Uuid::new_v4().simple());
-    match crate::containment::contain(&label, None) {
-        Ok(tree) => Some(tree),
+    let tree = match crate::containment::contain(&label, None) {
+        Ok(tree) => tree,
         Err(e) => {
             tracing::warn!(error = %e, "bash commands are contained by their process group only");
-            None
+            return Ok(None);
         }
+    };
+    if let Err(e) = crate::workflow::exec::spawner::ensure_guardian() {
+        tracing::warn!(error = %e, "bash commands will not be killed if rho dies");
     }
+    Ok(Some(tree))
 }
 
 /// How long the end of a call waits for its killed tree to empty.
@@ -174,7 +180,7 @@ pub fn run_shell(
 ) -> io::Result<ShellOutcome> {
     let (read_end, write_end) = pipe2(OFlag::O_CLOEXEC).map_err(io::Error::from)?;
     let started = Instant::now();
-    let tree = call_tree();
+    let tree = call_tree()?;
     let spawned = spawn_shell(
         req.command,
         req.cwd,

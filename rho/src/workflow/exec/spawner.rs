@@ -195,6 +195,13 @@ fn shared_slots() -> io::Result<&'static [AtomicI32]> {
     Ok(unsafe { std::slice::from_raw_parts(ptr.cast::<AtomicI32>(), GUARDIAN_SLOTS) })
 }
 
+/// Starts the spawner thread and the guardian if they are not running yet: a caller that
+/// launches its trees another way (the `bash` tool's `std::process::Command`) still wants
+/// the guardian to kill them, through their cgroup or their tag, when this process dies.
+pub(crate) fn ensure_guardian() -> Result<(), ExecError> {
+    spawner().map(drop)
+}
+
 /// Forks and executes a prepared request on the spawner thread.
 pub(crate) fn launch(request: LaunchRequest) -> Result<Child, ExecError> {
     let spawner = spawner()?;
