@@ -19,13 +19,19 @@ use starlark::values::tuple::UnpackTuple;
 use super::super::fault::Fault;
 use super::operators::checked_size;
 
-/// The standard library, for the implementations these guards forward to. Built on first
-/// use only: most workflows never call a guarded builtin, and building it costs start-up.
+/// The standard library, built once a process: the workflow globals are made of its values
+/// (see [`super::globals`]), and these guards forward to the originals they shadow there.
+/// Building it is most of a worker's start-up (Starlark parses every builtin's docstring
+/// when it registers it), so it must not happen twice.
 static STANDARD: OnceLock<Globals> = OnceLock::new();
 
+/// The standard library of this process.
+pub(super) fn standard() -> &'static Globals {
+    STANDARD.get_or_init(Globals::standard)
+}
+
 fn standard_function<'v>(name: &str) -> Result<Value<'v>, Fault> {
-    STANDARD
-        .get_or_init(Globals::standard)
+    standard()
         .iter()
         .find(|(global, _)| *global == name)
         .map(|(_, value)| value.to_value())
@@ -132,6 +138,27 @@ mod tests {
             assert_eq!(items_of(&[list, number]), None);
             assert_eq!(items_of(&[]), None);
         });
+    }
+
+    #[test]
+    fn the_workflow_globals_reuse_the_one_standard_library_except_the_guards() {
+        const GUARDED: [&str; 6] = ["list", "tuple", "sorted", "reversed", "enumerate", "zip"];
+        let workflow_globals = super::super::globals();
+        let ours: std::collections::HashMap<&str, _> = workflow_globals.iter().collect();
+        let mut shared = 0;
+        for (name, original) in standard().iter() {
+            let Some(value) = ours.get(name) else {
+                panic!("the workflow globals lack the standard `{name}`");
+            };
+            let same = value.to_value().ptr_eq(original.to_value());
+            if GUARDED.contains(&name) {
+                assert!(!same, "`{name}` is not guarded");
+            } else {
+                assert!(same, "`{name}` was registered again instead of reused");
+                shared += 1;
+            }
+        }
+        assert!(shared > 20, "only {shared} standard values reused");
     }
 
     #[test]

@@ -61,7 +61,16 @@ pub(super) fn alloc<'v>(
 /// The globals every workflow module sees: the Starlark standard library (no `print`,
 /// `json` or `struct` extensions) plus the workflow language.
 pub(crate) fn globals() -> Globals {
-    GlobalsBuilder::standard()
+    // The standard values are taken from the one standard library of the process, which the
+    // collection guards also forward to, instead of registering (and documenting) every
+    // standard builtin a second time.
+    let standard = collections::standard();
+    let mut builder = GlobalsBuilder::new();
+    builder.frozen_heap().add_reference(standard.heap());
+    for (name, value) in standard.iter() {
+        builder.set(name, value);
+    }
+    builder
         .with(workflow::workflow_functions)
         .with(operators::operator_guards)
         .with(collections::collection_guards)
