@@ -142,18 +142,23 @@ pub fn read_after(path: &Path, after_seq: u64) -> Result<JournalContents, Journa
 /// The complete records at the end of a journal (see [`read_tail`]).
 #[derive(Debug, Clone, Default)]
 pub struct JournalTail {
-    /// Verified records with contiguous sequence numbers, in order, ending with the last
-    /// complete line of the file.
+    /// Verified records with contiguous sequence numbers, in order: from the last one that
+    /// satisfied the caller's test to the last complete line of the file.
     pub events: Vec<Event>,
     /// Bytes after the last complete line (a torn final write, or one still in progress).
     pub torn_bytes: u64,
 }
 
-/// Reads and verifies only the records in the last `window` bytes of a journal (the window's
-/// first line, which may start before it, is left out), for a reader that holds a snapshot
-/// the journal vouches for near its end. `None` when a complete line in the window does not
-/// verify or the sequence is not contiguous: [`read`] then says where and why.
-pub fn read_tail(path: &Path, window: u64) -> Result<Option<JournalTail>, JournalError> {
+/// Reads the journal's last `window` bytes (the window's first line, which may start before
+/// it, is left out) and verifies and decodes its complete lines from the end back to the
+/// last record `from` accepts, for a reader that holds a snapshot the journal vouches for
+/// near its end. `None` when no record in the window is accepted, or a line on the way
+/// does not verify or breaks the sequence: [`read`] then says where and why.
+pub fn read_tail(
+    path: &Path,
+    window: u64,
+    from: impl Fn(&Event) -> bool,
+) -> Result<Option<JournalTail>, JournalError> {
     use std::io::Seek as _;
     let mut file = open_read(path)?;
     let len = file
@@ -166,33 +171,43 @@ pub fn read_tail(path: &Path, window: u64) -> Result<Option<JournalTail>, Journa
     let mut bytes = Vec::new();
     file.read_to_end(&mut bytes)
         .map_err(|source| io_err(path, "read", source))?;
-    let mut offset = 0;
+    let mut first = 0;
     if start > 0 {
         match bytes.iter().position(|b| *b == b'\n') {
-            Some(newline) => offset = newline + 1,
+            Some(newline) => first = newline + 1,
             None => return Ok(None),
         }
     }
-    let mut tail = JournalTail::default();
-    while offset < bytes.len() {
-        let Some(len) = bytes[offset..].iter().position(|b| *b == b'\n') else {
-            tail.torn_bytes = (bytes.len() - offset) as u64;
-            break;
-        };
-        let Ok(event) = decode_line(&bytes[offset..offset + len]) else {
+    // Everything after the last newline is a torn (or unfinished) final write.
+    let end = bytes
+        .iter()
+        .rposition(|b| *b == b'\n')
+        .map_or(first, |p| p + 1);
+    let end = end.max(first);
+    let torn_bytes = (bytes.len() - end) as u64;
+    let mut events: Vec<Event> = Vec::new();
+    let mut line_end = end;
+    while line_end > first {
+        let body_end = line_end - 1;
+        let line_start = bytes[first..body_end]
+            .iter()
+            .rposition(|b| *b == b'\n')
+            .map_or(first, |p| first + p + 1);
+        let Ok(event) = decode_line(&bytes[line_start..body_end]) else {
             return Ok(None);
         };
-        if tail
-            .events
-            .last()
-            .is_some_and(|last| last.seq + 1 != event.seq)
-        {
+        if events.last().is_some_and(|next| event.seq + 1 != next.seq) {
             return Ok(None);
         }
-        tail.events.push(event);
-        offset += len + 1;
+        let accepted = from(&event);
+        events.push(event);
+        if accepted {
+            events.reverse();
+            return Ok(Some(JournalTail { events, torn_bytes }));
+        }
+        line_end = line_start;
     }
-    Ok(Some(tail))
+    Ok(None)
 }
 
 fn parse(path: &Path, bytes: &[u8], after_seq: u64) -> Result<JournalContents, JournalError> {
@@ -621,7 +636,7 @@ mod tests {
     }
 
     #[test]
-    fn the_tail_holds_the_last_complete_records_and_refuses_damage() {
+    fn the_tail_holds_the_records_from_the_accepted_one_and_refuses_damage() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("events.jsonl");
         let mut j = Journal::create(&path).unwrap();
@@ -635,32 +650,44 @@ mod tests {
         j.sync().unwrap();
         drop(j);
         let whole = std::fs::read(&path).unwrap();
+        let seqs = |tail: &JournalTail| tail.events.iter().map(|e| e.seq).collect::<Vec<_>>();
+        // From the accepted record to the end, in order.
+        let tail = read_tail(&path, 1 << 20, |e| e.seq == 17).unwrap().unwrap();
+        assert_eq!(seqs(&tail), vec![17, 18, 19, 20, 21]);
+        assert_eq!(tail.torn_bytes, 0);
+        // The whole file fits: the first record can be accepted.
+        let all = read_tail(&path, 1 << 20, |e| e.seq == 1).unwrap().unwrap();
+        assert_eq!(seqs(&all), (1..=21).collect::<Vec<_>>());
+        // A window reaching into the middle of the last-but-one line holds only the last.
         let last_line = whole[..whole.len() - 1]
             .iter()
             .rposition(|b| *b == b'\n')
             .unwrap();
-        // A window reaching into the middle of the last-but-one line: only the last one.
         let window = (whole.len() - last_line) as u64 + 5;
-        let tail = read_tail(&path, window).unwrap().unwrap();
-        assert_eq!(tail.events.len(), 1);
-        assert_eq!(tail.events[0].seq, 21);
-        assert_eq!(tail.torn_bytes, 0);
-        // The whole file fits: every record, in order.
-        let all = read_tail(&path, 1 << 20).unwrap().unwrap();
-        assert_eq!(
-            all.events.iter().map(|e| e.seq).collect::<Vec<_>>(),
-            (1..=21).collect::<Vec<_>>()
-        );
+        assert!(read_tail(&path, window, |e| e.seq == 20).unwrap().is_none());
+        let tail = read_tail(&path, window, |e| e.seq == 21).unwrap().unwrap();
+        assert_eq!(seqs(&tail), vec![21]);
+        // Nothing accepted in the window: none.
+        assert!(read_tail(&path, 1 << 20, |_| false).unwrap().is_none());
         // A torn final write is reported, not decoded.
         let mut torn = whole.clone();
         torn.extend_from_slice(b"{\"check\":\"12");
         std::fs::write(&path, &torn).unwrap();
-        let tail = read_tail(&path, 1 << 20).unwrap().unwrap();
-        assert_eq!((tail.events.len(), tail.torn_bytes), (21, 12));
-        // A damaged complete line in the window: no tail, the caller reads everything.
+        let tail = read_tail(&path, 1 << 20, |e| e.seq == 19).unwrap().unwrap();
+        assert_eq!((seqs(&tail), tail.torn_bytes), (vec![19, 20, 21], 12));
+        // A damaged complete line between the end and the accepted record: none.
         let text = String::from_utf8(whole).unwrap();
         std::fs::write(&path, text.replacen("running", "RUNNING", 19)).unwrap();
-        assert!(read_tail(&path, 1 << 20).unwrap().is_none());
+        assert!(
+            read_tail(&path, 1 << 20, |e| e.seq == 17)
+                .unwrap()
+                .is_none()
+        );
+        assert_eq!(
+            seqs(&read_tail(&path, 1 << 20, |e| e.seq == 21).unwrap().unwrap()),
+            vec![21],
+            "damage before the accepted record is not read"
+        );
     }
 
     #[test]

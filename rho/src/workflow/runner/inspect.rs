@@ -5,7 +5,7 @@
 use crate::paths::RhoHome;
 use crate::workflow::exec;
 use crate::workflow::journal::{self};
-use crate::workflow::state::{AttemptPhase, EventKind, Lifecycle, State, apply};
+use crate::workflow::state::{AttemptPhase, Event, EventKind, Lifecycle, State, apply};
 use crate::workflow::store::StoreError;
 use crate::workflow::store::runs::{self, RunDir, StoredManifest};
 
@@ -111,35 +111,33 @@ fn checked_state(run: &RunDir) -> Result<(State, u64), RunError> {
     replayed_state(run)
 }
 
-/// `state.json` as the journal vouches for it: its digest is the one of a
-/// `snapshot_written` record in the journal's last [`TAIL_WINDOW`] bytes that directly
-/// follows the snapshot's last record; the records after it are applied. `None` (read the
-/// whole journal instead) for anything else.
+/// `state.json` as the journal vouches for it: its digest is the one of the last
+/// `snapshot_written` record within the journal's last [`TAIL_WINDOW`] bytes, which directly
+/// follows the snapshot's last record; that record and the ones after it (verified) are
+/// applied. `None` (read the whole journal instead) for anything else.
 fn vouched_snapshot(run: &RunDir) -> Result<Option<(State, u64)>, RunError> {
     let Some(bytes) = run.read_state_bytes()? else {
         return Ok(None);
     };
-    let Some(tail) = journal::read_tail(&run.events_path(), TAIL_WINDOW)? else {
-        return Ok(None);
-    };
     let digest = rho_ipc::digest::sha256_tagged(&bytes);
-    let Some(at) = tail.events.iter().rposition(
-        |e| matches!(&e.kind, EventKind::SnapshotWritten { sha256 } if *sha256 == digest),
-    ) else {
+    let vouches =
+        |e: &Event| matches!(&e.kind, EventKind::SnapshotWritten { sha256 } if *sha256 == digest);
+    let Some(tail) = journal::read_tail(&run.events_path(), TAIL_WINDOW, vouches)? else {
         return Ok(None);
     };
     let Ok(mut state) = serde_json::from_slice::<State>(&bytes) else {
         return Ok(None);
     };
-    if state.last_event_sequence + 1 != tail.events[at].seq {
+    let snapshot = state.last_event_sequence;
+    if tail.events.first().map(|e| e.seq) != Some(snapshot + 1) {
         return Ok(None);
     }
-    for event in &tail.events[at..] {
+    for event in &tail.events {
         apply(&mut state, event)?;
     }
     tracing::debug!(
-        snapshot = state.last_event_sequence,
-        records_applied = tail.events.len() - at,
+        snapshot,
+        records_applied = tail.events.len(),
         "state read from the snapshot the journal vouches for"
     );
     Ok(Some((state, tail.torn_bytes)))
