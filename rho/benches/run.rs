@@ -1,7 +1,8 @@
 //! Benchmark (not a test): 1,000 independent trivial command nodes and a 1,000-node chain
 //! through `rho workflow run FILE --yes`, against the same DAGs under `ninja -j1`; prints the
 //! ratio, the per-node cost at 200 vs 1,000 nodes, and the time of `status --output json` on
-//! the finished 1,000-node run. Run with `cargo bench -p rho --bench run` after building the
+//! the finished 1,000-node run. `RHO_CONTAINMENT` is passed to `rho` (`subreaper` measures
+//! the containment fallback). Run with `cargo bench -p rho --bench run` after building the
 //! release binaries (`cargo build --release -p rho -p rho-planner-worker`).
 //!
 //! Every figure is the median of `RHO_BENCH_REPS` runs (default 5), rho and ninja alike, with
@@ -94,15 +95,19 @@ impl Setup {
     fn rho(&self, args: &[&str]) -> (Duration, std::process::Output) {
         let bins = bin_dir();
         let start = Instant::now();
-        let out = Command::new(bins.join("rho"))
+        let mut command = Command::new(bins.join("rho"));
+        command
             .args(args)
             .current_dir(self.ws())
             .env_clear()
             .env("RHO_HOME", self.dir.path().join("home"))
             .env("PATH", "/usr/bin:/bin")
-            .env("RHO_PLANNER_WORKER", bins.join("rho-planner-worker"))
-            .output()
-            .expect("rho runs");
+            .env("RHO_PLANNER_WORKER", bins.join("rho-planner-worker"));
+        // `RHO_CONTAINMENT=subreaper` measures the fallback where cgroups are delegated.
+        if let Some(mode) = std::env::var_os("RHO_CONTAINMENT") {
+            command.env("RHO_CONTAINMENT", mode);
+        }
+        let out = command.output().expect("rho runs");
         (start.elapsed(), out)
     }
 }

@@ -29,6 +29,11 @@
 //! SIGKILL to all of them, each through a pidfd after checking its start time, so a reused
 //! pid is never signalled.
 //!
+//! A process adopted by the owner that belongs to no tree (the orphan of a hook or of an
+//! agent runtime's child, which the owner now receives as a subreaper) is left alone: it
+//! cannot be told from a child the owner started itself and will wait for, so if it dies
+//! it stays a zombie until the owner exits.
+//!
 //! What it does not see: a descendant that changes its `RLIMIT_RTTIME` (or runs where the
 //! hard limit is below the tag) and also leaves the group and loses its parent and leader
 //! between two walks; a process moved by a privileged helper.
@@ -149,8 +154,12 @@ impl Tracker {
 
     /// One walk of every tree, then the reaping of dead members that are this process's.
     fn pass(&self) {
+        let trees = self.live_trees();
+        if trees.is_empty() && lock(&self.retired).is_empty() {
+            return;
+        }
         let adopted = own_children();
-        for tree in self.live_trees() {
+        for tree in trees {
             tree.scan(&adopted);
             if lock(&tree.state).record_failed {
                 tree.signal_all(libc::SIGKILL);
