@@ -281,3 +281,32 @@ fn own_zombie_children() -> Vec<i32> {
     }
     zombies
 }
+
+#[test]
+fn fifty_double_forked_sessions_all_die_at_the_timeout() {
+    let ws = Workspace::new();
+    let Some((spec, record)) = contained(
+        &ws,
+        &[
+            "sh",
+            "-c",
+            "i=0; while [ $i -lt 50 ]; do (setsid sleep 1000 </dev/null >/dev/null 2>&1 & echo $! >> pids); i=$((i+1)); done; echo done > ready; exec sleep 1000",
+        ],
+        Duration::from_secs(3),
+        "fifty",
+    ) else {
+        return;
+    };
+    let outcome = run(&ws, &frozen_sh(&ws.root), &root_dir(), spec);
+    assert_eq!(outcome.exit, CommandExit::Timeout);
+    assert!(ws.path("ready").exists(), "every sleeper was started");
+    let pids: Vec<i32> = read(&ws.path("pids"))
+        .lines()
+        .map(|l| l.trim().parse().unwrap())
+        .collect();
+    assert_eq!(pids.len(), 50);
+    for pid in &pids {
+        assert!(eventually_gone(*pid), "sleeper {pid} survived the timeout");
+    }
+    tracked::check_record(&read(&record), &record).unwrap();
+}
