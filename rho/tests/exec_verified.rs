@@ -9,7 +9,9 @@ use std::io::{Seek as _, Write as _};
 use std::path::Path;
 use std::time::Duration;
 
-use exec_support::{Workspace, freeze_executable, frozen_sh, read, root_dir, run, run_sh};
+use exec_support::{
+    Workspace, eventually_gone, freeze_executable, frozen_sh, read, root_dir, run, run_sh,
+};
 use rho::workflow::exec::{self, CommandExit, ExpectedDirectories, VerifyError};
 use rho_ipc::program::{FileLocation, FrozenDirectory};
 
@@ -323,4 +325,40 @@ fn a_workspace_swapped_for_another_directory_is_refused_at_launch() {
                 .contains("changed: another directory is there"),
         "{err}"
     );
+}
+
+/// A launch made on the calling thread (as the workflow runner's workers make them) runs,
+/// captures and is stopped at its timeout like one made on the spawner thread; and the
+/// calling thread's signal mask is what it was before.
+#[test]
+fn a_command_launched_on_the_calling_thread_is_supervised_the_same() {
+    let ws = Workspace::new();
+    let mut spec = ws.spec(&["sh", "-c", "echo \"parent $PPID\""], T);
+    spec.launch_on_this_thread = true;
+    let mask_before = std::fs::read_to_string("/proc/thread-self/status")
+        .unwrap()
+        .lines()
+        .find(|l| l.starts_with("SigBlk:"))
+        .unwrap()
+        .to_owned();
+    let outcome = run(&ws, &frozen_sh(&ws.root), &root_dir(), spec);
+    assert_eq!(outcome.exit, CommandExit::Code(0));
+    assert_eq!(
+        read(&outcome.stdout.path),
+        format!("parent {}\n", std::process::id())
+    );
+    let mask_after = std::fs::read_to_string("/proc/thread-self/status")
+        .unwrap()
+        .lines()
+        .find(|l| l.starts_with("SigBlk:"))
+        .unwrap()
+        .to_owned();
+    assert_eq!(mask_before, mask_after);
+
+    let mut spec = ws.spec(&["sh", "-c", "sleep 30"], Duration::from_millis(300));
+    spec.launch_on_this_thread = true;
+    spec.kill_grace = Duration::from_millis(100);
+    let outcome = run(&ws, &frozen_sh(&ws.root), &root_dir(), spec);
+    assert_eq!(outcome.exit, CommandExit::Timeout);
+    assert!(eventually_gone(outcome.process.pid));
 }

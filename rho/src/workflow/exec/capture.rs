@@ -381,7 +381,11 @@ pub(super) fn start(launch: Verified, spec: CommandSpec) -> Result<Supervised, E
     };
     request.cgroup_procs_fd = join.as_ref().map(AsRawFd::as_raw_fd);
     let started = Instant::now();
-    let launched = spawner::launch(request);
+    let launched = if spec.launch_on_this_thread {
+        spawner::launch_here(&request)
+    } else {
+        spawner::launch(request)
+    };
     drop(join);
     let child = match launched {
         Ok(child) => child,

@@ -196,6 +196,12 @@ pub struct CommandSpec {
     /// members included, and it is removed once empty. `None` contains the tree by process
     /// group only.
     pub containment: Option<crate::containment::Tree>,
+    /// Creates the child on the calling thread instead of the executor's spawner thread,
+    /// saving two hand-offs between threads per launch. Only for a caller whose thread
+    /// outlives the command: the child's parent-death signal fires when the thread that
+    /// created it ends (the workflow runner's worker threads wait for their command and
+    /// live until the run ends).
+    pub launch_on_this_thread: bool,
 }
 
 impl CommandSpec {
@@ -219,6 +225,7 @@ impl CommandSpec {
             kill_grace: DEFAULT_KILL_GRACE,
             confinement: None,
             containment: None,
+            launch_on_this_thread: false,
         }
     }
 }

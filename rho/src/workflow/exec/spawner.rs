@@ -1,7 +1,8 @@
 //! The process-wide spawner thread and the guardian process.
 //!
-//! Every node process is created by one long-lived thread, because `PR_SET_PDEATHSIG` fires
-//! when the *thread* that created the child exits. Creation is `clone(CLONE_VM |
+//! Node processes are created by one long-lived thread, because `PR_SET_PDEATHSIG` fires
+//! when the *thread* that created the child exits; a caller whose thread outlives its child
+//! (the workflow runner's workers) launches on that thread instead ([`launch_here`]). Creation is `clone(CLONE_VM |
 //! CLONE_VFORK)`, as `posix_spawn` does: no page tables are copied, and the spawner thread
 //! stays suspended until the child has executed or exited, so the child may report a failed
 //! step in shared memory. The child runs only async-signal-safe system calls between `clone`
@@ -202,17 +203,65 @@ pub(crate) fn ensure_guardian() -> Result<(), ExecError> {
     spawner().map(drop)
 }
 
-/// Forks and executes a prepared request on the spawner thread.
-pub(crate) fn launch(request: LaunchRequest) -> Result<Child, ExecError> {
-    let spawner = spawner()?;
-    let slot = spawner
+/// A free guardian slot.
+fn take_slot(spawner: &Spawner) -> Result<usize, ExecError> {
+    spawner
         .free
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner)
         .pop()
         .ok_or_else(|| ExecError::SpawnerUnavailable {
             reason: format!("{GUARDIAN_SLOTS} commands are already running"),
-        })?;
+        })
+}
+
+thread_local! {
+    /// The child's stack for launches made on this thread (see [`launch_here`]).
+    static CHILD_STACK: std::cell::RefCell<Vec<u8>> =
+        std::cell::RefCell::new(vec![0_u8; CHILD_STACK_BYTES]);
+}
+
+/// [`launch`] on the calling thread, without the two hand-offs to the spawner thread (each
+/// a wake-up that waits for a free core on a loaded machine). The child's parent-death
+/// signal is bound to the calling thread, so that thread must outlive the child: the caller
+/// waits for it (the workflow runner's worker threads do, and live until the run ends), and
+/// a thread that may end first uses [`launch`].
+pub(crate) fn launch_here(request: &LaunchRequest) -> Result<Child, ExecError> {
+    let spawner = spawner()?;
+    let slot = take_slot(spawner)?;
+    let result = with_all_signals_blocked(|| {
+        CHILD_STACK.with_borrow_mut(|stack| fork_exec(request, &spawner.slots[slot], slot, stack))
+    });
+    if result.is_err() {
+        GuardSlot(slot).release();
+    }
+    result
+}
+
+/// Runs `f` with every signal blocked on this thread (the child of `clone` inherits the
+/// mask, so no handler can run on memory it shares with us), then restores the mask.
+fn with_all_signals_blocked<T>(f: impl FnOnce() -> T) -> T {
+    // SAFETY: `all` is initialised by sigfillset and `old` is written by pthread_sigmask
+    // before it is read back; both are plain data on this stack.
+    let old = unsafe {
+        let mut all: libc::sigset_t = std::mem::zeroed();
+        let mut old: libc::sigset_t = std::mem::zeroed();
+        libc::sigfillset(&raw mut all);
+        libc::pthread_sigmask(libc::SIG_SETMASK, &raw const all, &raw mut old);
+        old
+    };
+    let result = f();
+    // SAFETY: restores the mask saved above; pthread_sigmask only reads `old`.
+    unsafe {
+        libc::pthread_sigmask(libc::SIG_SETMASK, &raw const old, std::ptr::null_mut());
+    }
+    result
+}
+
+/// Forks and executes a prepared request on the spawner thread.
+pub(crate) fn launch(request: LaunchRequest) -> Result<Child, ExecError> {
+    let spawner = spawner()?;
+    let slot = take_slot(spawner)?;
     let (reply, answer) = mpsc::sync_channel(1);
     let gone = || ExecError::SpawnerUnavailable {
         reason: "spawner thread exited".to_owned(),

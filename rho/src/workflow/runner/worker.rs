@@ -353,6 +353,9 @@ fn run_command(
     );
     spec.cancel = cancel.clone();
     spec.confinement = confinement;
+    // This thread waits for the command below and lives until the run ends (the owner's
+    // worker pool), so the child's parent-death signal may be bound to it.
+    spec.launch_on_this_thread = true;
     match contain_tree(shared, node, attempt, dir, cgroup) {
         Ok(tree) => spec.containment = tree,
         Err(reason) => return failed_unless_cancelled(cancel, reason),
