@@ -4,6 +4,9 @@
 //! [`verify`] opens the executable, its interpreter (for a script) and the working directory
 //! without following symbolic links, compares each with its frozen identity, and copies the
 //! executable bytes into sealed in-memory files while hashing exactly the bytes it copies.
+//! A run keeps those copies ([`VerifiedExecutables`], [`verify_with`]): each frozen file is
+//! verified at its first launch in the run and every later launch runs the same sealed copy,
+//! while the workspace and working directory are still checked at every launch.
 //! [`spawn`] starts the command from those handles (`fchdir` on the verified directory,
 //! `execveat` on the sealed copy), in its own process group, with stdin on `/dev/null` and
 //! stdout/stderr on pipes. [`RunningCommand::wait`] captures bounded artifacts, enforces the
