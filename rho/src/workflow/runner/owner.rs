@@ -5,8 +5,8 @@
 //!
 //! Invariant: every state change goes journal-first (`append` then `apply` to the in-memory
 //! state, so memory always equals a replay of the journal); the journal is synced once per
-//! pass and always before a worker starts, so a durable `launch_intended` precedes every
-//! process; `state.json` is written only for a durable prefix of the journal.
+//! pass that launches, and a worker's attempt starts nothing before that sync succeeded (its
+//! gate), so a durable `launch_intended` precedes every process; `state.json` is written only for a durable prefix of the journal.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -20,7 +20,7 @@ use rho_policy::hooks::HostLabels;
 
 use super::authorize::HookFailure;
 use super::pool::WorkerPool;
-use super::worker::{self, Finished, Shared, Work, WorkerMsg};
+use super::worker::{self, DurableGate, Finished, Shared, Work, WorkerMsg};
 use super::{ProgressSink, RunError, signals, template};
 use crate::workflow::exec::CancelToken;
 use crate::workflow::journal::Journal;
@@ -200,18 +200,22 @@ impl<'p> Owner<'p> {
             } else {
                 progressed |= self.cancel_unstarted()?;
             }
-            // Durable before any process starts: one sync for the whole pass. A pass that
-            // starts nothing only hands its records to the kernel: that survives the owner
-            // being killed, and after a machine crash an unsynced record can only leave an
-            // attempt uncertain (every process is gone then), never a false success. Its
-            // records become durable with the next launch, a checkpoint or the close.
-            if !starts.is_empty() && self.journal.has_unsynced() {
-                self.journal.sync()?;
-            } else {
-                self.journal.write()?;
-            }
-            for job in starts {
-                self.start(job);
+            // Durable before any process starts: one sync for the whole pass, made while the
+            // pass's workers prepare their attempts (each waits for the gate before anything
+            // of its attempt starts). A pass that starts nothing only hands its records to
+            // the kernel: that survives the owner being killed, and after a machine crash an
+            // unsynced record can only leave an attempt uncertain (every process is gone
+            // then), never a false success. Its records become durable with the next launch,
+            // a checkpoint or the close.
+            self.journal.write()?;
+            if !starts.is_empty() {
+                let gate = Arc::new(DurableGate::default());
+                for job in starts {
+                    self.start(job, &gate);
+                }
+                let synced = self.journal.sync();
+                gate.open(synced.is_ok());
+                synced?;
             }
             if self.journal.synced_sequence() >= self.snapshot_seq + SNAPSHOT_EVERY
                 && !self.journal.has_unsynced()
@@ -382,16 +386,17 @@ impl<'p> Owner<'p> {
         }
     }
 
-    fn start(&mut self, job: Job) {
+    fn start(&mut self, job: Job, durable: &Arc<DurableGate>) {
         let token = CancelToken::new();
         let node_id = self.program.root.nodes[job.index].id.clone();
         self.active.insert(node_id, token.clone());
         let shared = Arc::clone(&self.shared);
         let program = Arc::clone(&self.program);
         let tx = self.tx.clone();
+        let durable = Arc::clone(durable);
         self.pool.run(move || {
             let node = &program.root.nodes[job.index];
-            worker::run(&shared, node, job.attempt, job.work, &token, &tx);
+            worker::run(&shared, node, job.attempt, job.work, &durable, &token, &tx);
         });
     }
 

@@ -3,9 +3,10 @@
 //! for commands; the agent executor for agents. The worker reports to the owner over a
 //! channel (including classifier counters and hook failures) and never writes the journal.
 //!
-//! Invariant: a worker starts only after the owner made its `launch_intended` durable, and
-//! it reports `Launched` before waiting so the process identity reaches the journal while
-//! the process may still run. Once its attempt is cancelled, whatever ends the attempt
+//! Invariant: nothing of an attempt (its process, its agent) starts before the owner made
+//! its `launch_intended` durable (the worker prepares meanwhile, then waits for the pass's
+//! [`DurableGate`]), and the worker reports `Launched` before waiting so the process
+//! identity reaches the journal while the process may still run. Once its attempt is cancelled, whatever ends the attempt
 //! before a process runs (a refusal from an abandoned prompt included) ends it in
 //! `cancellation`.
 
@@ -79,6 +80,50 @@ pub(super) struct Shared {
     /// The run's sealed copies of its frozen executables, each verified at its first use.
     pub executables: exec::VerifiedExecutables,
 }
+
+/// Opened by the owner once the `launch_intended` records of a scheduling pass are durable
+/// (or could not be made so). A worker prepares its attempt meanwhile (authorization,
+/// checkout access, verification, directories) and waits for it right before anything of
+/// the attempt starts, so the owner's sync and the preparation overlap while no process
+/// ever precedes its durable record.
+#[derive(Debug, Default)]
+pub(super) struct DurableGate {
+    durable: std::sync::Mutex<Option<bool>>,
+    opened: std::sync::Condvar,
+}
+
+impl DurableGate {
+    /// Records whether the pass's records are durable and wakes every waiting worker.
+    pub(super) fn open(&self, durable: bool) {
+        let mut state = self
+            .durable
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        *state = Some(durable);
+        self.opened.notify_all();
+    }
+
+    /// Blocks until the owner opened the gate; whether the records are durable.
+    fn wait(&self) -> bool {
+        let mut state = self
+            .durable
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        loop {
+            if let Some(durable) = *state {
+                return durable;
+            }
+            state = self
+                .opened
+                .wait(state)
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+        }
+    }
+}
+
+/// Why an attempt whose record could not be made durable ends without starting.
+const NOT_DURABLE: &str =
+    "the attempt's launch_intended record could not be made durable; nothing was started";
 
 /// What to run, already rendered by the owner.
 pub(super) enum Work {
@@ -160,6 +205,7 @@ pub(super) fn run(
     node: &Node,
     attempt: u32,
     work: Work,
+    durable: &DurableGate,
     cancel: &CancelToken,
     tx: &Sender<WorkerMsg>,
 ) {
@@ -177,9 +223,15 @@ pub(super) fn run(
                 argv,
                 cgroup: cgroup.as_deref(),
             };
-            run_command(shared, node, attempt, &dir, command, cancel, tx)
+            run_command(shared, node, attempt, &dir, command, durable, cancel, tx)
         }
-        Work::Agent { prompt } => run_agent(shared, node, attempt, &dir, prompt, cancel),
+        Work::Agent { prompt } => {
+            if durable.wait() {
+                run_agent(shared, node, attempt, &dir, prompt, cancel)
+            } else {
+                Finished::failed(NOT_DURABLE)
+            }
+        }
     };
     let _ = write_status(node, attempt, &dir, &result);
     observe(
@@ -222,12 +274,17 @@ fn observe(
     }
 }
 
+#[allow(
+    clippy::too_many_arguments,
+    reason = "one attempt's parts, each borrowed from a different owner"
+)]
 fn run_command(
     shared: &Shared,
     node: &Node,
     attempt: u32,
     attempt_dir: &AttemptDir,
     CommandWork { argv, cgroup }: CommandWork<'_>,
+    durable: &DurableGate,
     cancel: &CancelToken,
     tx: &Sender<WorkerMsg>,
 ) -> Finished {
@@ -359,6 +416,9 @@ fn run_command(
     match contain_tree(shared, node, attempt, dir, cgroup) {
         Ok(tree) => spec.containment = tree,
         Err(reason) => return failed_unless_cancelled(cancel, reason),
+    }
+    if !durable.wait() {
+        return Finished::failed(NOT_DURABLE);
     }
     crate::workflow::crashpoint::reached("worker:spawn");
     let running = match exec::spawn(launch, spec) {
@@ -697,4 +757,39 @@ fn write_status(
     dir.create_file("status.json", &bytes)
         .map(drop)
         .map_err(|e| e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::sync::mpsc::channel;
+    use std::time::Duration;
+
+    use super::DurableGate;
+
+    #[test]
+    fn workers_wait_for_the_gate_and_learn_whether_the_records_are_durable() {
+        for durable in [true, false] {
+            let gate = Arc::new(DurableGate::default());
+            let (tx, rx) = channel();
+            let waiters: Vec<_> = (0..3)
+                .map(|_| {
+                    let gate = Arc::clone(&gate);
+                    let tx = tx.clone();
+                    std::thread::spawn(move || tx.send(gate.wait()).unwrap())
+                })
+                .collect();
+            // Nobody gets past a closed gate.
+            assert!(rx.recv_timeout(Duration::from_millis(200)).is_err());
+            gate.open(durable);
+            for _ in 0..3 {
+                assert_eq!(rx.recv_timeout(Duration::from_secs(10)).unwrap(), durable);
+            }
+            for waiter in waiters {
+                waiter.join().unwrap();
+            }
+            // A worker arriving after the gate opened passes at once.
+            assert_eq!(gate.wait(), durable);
+        }
+    }
 }
