@@ -198,9 +198,116 @@ pub fn compile(plan: &FilterPlan) -> Result<BpfProgram, ConfinementError> {
     .map_err(|source| ConfinementError::Filter {
         source: source.into(),
     })?;
-    BpfProgram::try_from(filter).map_err(|source| ConfinementError::Filter {
+    let program = BpfProgram::try_from(filter).map_err(|source| ConfinementError::Filter {
         source: source.into(),
-    })
+    })?;
+    let refused: Vec<i64> = rule_map(plan)?.into_keys().collect();
+    Ok(with_dispatch(program, &refused))
+}
+
+/// `BPF_LD | BPF_W | BPF_ABS`: load a word of `seccomp_data`.
+const LD_ABS: u16 = 0x20;
+/// `BPF_JMP | BPF_JA`.
+const JA: u16 = 0x05;
+/// `BPF_JMP | BPF_JEQ | BPF_K`.
+const JEQ: u16 = 0x15;
+/// `BPF_JMP | BPF_JGE | BPF_K`.
+const JGE: u16 = 0x35;
+/// `BPF_RET | BPF_K`.
+const RET: u16 = 0x06;
+/// `SECCOMP_RET_ALLOW`.
+const RET_ALLOW: u32 = 0x7fff_0000;
+
+/// Where a dispatch jump lands.
+#[derive(Clone, Copy)]
+enum Target {
+    /// An instruction of the dispatch itself (its index there).
+    At(usize),
+    /// The `ret ALLOW` closing the dispatch: the call has no rule.
+    Allow,
+    /// seccompiler's chain of rules, right after the dispatch.
+    Chain,
+}
+
+/// Puts a binary search on the call number in front of seccompiler's linear chain of rules:
+/// a call without a rule is allowed after about log2(rules) comparisons instead of one
+/// comparison per rule, and a call with one continues into the unchanged chain. The verdict
+/// of every call is the same; what changes is the cost of attaching the filter, because
+/// the kernel runs the program for every call number when it builds its cache of allowed
+/// calls (under a lock, in every confined child before `exec`).
+///
+/// The dispatch goes right after the first load of the call number; the original program
+/// is returned unchanged when that load is missing, when an earlier jump would cross the
+/// insertion, or when a jump would not fit BPF's 8-bit offsets.
+fn with_dispatch(program: BpfProgram, refused: &[i64]) -> BpfProgram {
+    let Some(load) = program
+        .iter()
+        .position(|insn| insn.code == LD_ABS && insn.k == 0)
+    else {
+        return program;
+    };
+    // A jump before the load must land at or before it (BPF jumps only forward).
+    let crosses = program[..load].iter().enumerate().any(|(i, insn)| {
+        let reach = match insn.code {
+            JA => usize::try_from(insn.k).unwrap_or(usize::MAX),
+            code if code & 0x07 == 0x05 => usize::from(insn.jt.max(insn.jf)),
+            _ => 0,
+        };
+        (i + 1).saturating_add(reach) > load
+    });
+    let mut keys: Vec<u32> = refused
+        .iter()
+        .filter_map(|&nr| u32::try_from(nr).ok())
+        .collect();
+    keys.sort_unstable();
+    keys.dedup();
+    if crosses || keys.is_empty() || keys.len() != refused.len() {
+        return program;
+    }
+    let mut pending = Vec::with_capacity(2 * keys.len());
+    dispatch(&keys, &mut pending);
+    let allow = pending.len();
+    let mut tree = Vec::with_capacity(allow + 1);
+    for (i, &(code, k, jt, jf)) in pending.iter().enumerate() {
+        let offset = |target: Target| {
+            let to = match target {
+                Target::At(at) => at,
+                Target::Allow => allow,
+                Target::Chain => allow + 1,
+            };
+            u8::try_from(to - (i + 1)).ok()
+        };
+        let (Some(jt), Some(jf)) = (offset(jt), offset(jf)) else {
+            return program;
+        };
+        tree.push(seccompiler::sock_filter { code, jt, jf, k });
+    }
+    tree.push(seccompiler::sock_filter {
+        code: RET,
+        jt: 0,
+        jf: 0,
+        k: RET_ALLOW,
+    });
+    let mut out = Vec::with_capacity(program.len() + tree.len());
+    out.extend_from_slice(&program[..=load]);
+    out.extend(tree);
+    out.extend_from_slice(&program[load + 1..]);
+    out
+}
+
+/// Appends the search over the sorted, non-empty `keys`: each inner node sends the calls at
+/// or above its middle key to its right half, each leaf compares one key.
+fn dispatch(keys: &[u32], out: &mut Vec<(u16, u32, Target, Target)>) {
+    if let [key] = keys {
+        out.push((JEQ, *key, Target::Chain, Target::Allow));
+        return;
+    }
+    let mid = keys.len() / 2;
+    let node = out.len();
+    out.push((JGE, keys[mid], Target::Allow, Target::At(node + 1)));
+    dispatch(&keys[..mid], out);
+    out[node].2 = Target::At(out.len());
+    dispatch(&keys[mid..], out);
 }
 
 #[cfg(test)]
@@ -358,6 +465,87 @@ mod tests {
             ),
             RET_ALLOW
         );
+    }
+
+    /// seccompiler's program without the dispatch in front.
+    fn linear(plan: &FilterPlan) -> BpfProgram {
+        let filter = SeccompFilter::new(
+            rule_map(plan).unwrap(),
+            SeccompAction::Allow,
+            SeccompAction::Errno(RET_EPERM & 0xffff),
+            target_arch().unwrap(),
+        )
+        .unwrap();
+        BpfProgram::try_from(filter).unwrap()
+    }
+
+    #[test]
+    fn the_dispatch_gives_every_call_the_verdict_of_the_linear_chain() {
+        let plans = [
+            FilterPlan {
+                deny_metadata: true,
+                ..FilterPlan::default()
+            },
+            FilterPlan {
+                deny_sockets: true,
+                tcp_by_landlock: true,
+                ..FilterPlan::default()
+            },
+            FilterPlan {
+                deny_sockets: true,
+                ..FilterPlan::default()
+            },
+            FilterPlan {
+                deny_metadata: true,
+                deny_sockets: true,
+                tcp_by_landlock: true,
+            },
+        ];
+        let mut args: Vec<[u64; 6]> = vec![[0; 6], [3, 0o777, 0, 0, 0, 0]];
+        for cmd in INODE_FLAG_IOCTLS {
+            args.push([3, cmd, 0, 0, 0, 0]);
+        }
+        for family in [1_u64, 2, 10, 16, 17] {
+            for kind in [1_u64, 2, 3, 1 | 0x80000, 5] {
+                for proto in [0_u64, 6, 132] {
+                    args.push([family, kind, proto, 0, 0, 0]);
+                }
+            }
+        }
+        args.push([3, 0, 0, MSG_FASTOPEN, 0, 0]);
+        args.push([3, 0, MSG_FASTOPEN, 0, 0, 0]);
+        for plan in &plans {
+            let fast = compile(plan).unwrap();
+            let slow = linear(plan);
+            assert!(fast.len() > slow.len(), "the dispatch is in place");
+            let numbers = (0..1024_i64).chain([0x4000_0000, 0x4000_005a, 0x7fff_ffff]);
+            for nr in numbers {
+                for a in &args {
+                    assert_eq!(run(&fast, nr, *a), run(&slow, nr, *a), "call {nr}, {a:?}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_call_without_a_rule_is_allowed_after_a_few_comparisons() {
+        let p = read_only();
+        let load = p.iter().position(|i| i.code == LD_ABS && i.k == 0).unwrap();
+        // Walk from the load for `read`: count instructions until the verdict.
+        let mut pc = load + 1;
+        let mut steps = 0;
+        let read = u32::try_from(libc::SYS_read).unwrap();
+        while p[pc].code != RET {
+            let taken = if p[pc].code == JEQ {
+                read == p[pc].k
+            } else {
+                read >= p[pc].k
+            };
+            pc += 1 + usize::from(if taken { p[pc].jt } else { p[pc].jf });
+            steps += 1;
+        }
+        assert_eq!(p[pc].k, RET_ALLOW);
+        assert!(steps <= 7, "{steps} comparisons for a call without a rule");
     }
 
     #[test]
