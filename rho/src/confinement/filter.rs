@@ -468,9 +468,9 @@ mod tests {
     }
 
     /// seccompiler's program without the dispatch in front.
-    fn linear(plan: &FilterPlan) -> BpfProgram {
+    fn linear(plan: FilterPlan) -> BpfProgram {
         let filter = SeccompFilter::new(
-            rule_map(plan).unwrap(),
+            rule_map(&plan).unwrap(),
             SeccompAction::Allow,
             SeccompAction::Errno(RET_EPERM & 0xffff),
             target_arch().unwrap(),
@@ -516,7 +516,7 @@ mod tests {
         args.push([3, 0, MSG_FASTOPEN, 0, 0, 0]);
         for plan in &plans {
             let fast = compile(plan).unwrap();
-            let slow = linear(plan);
+            let slow = linear(*plan);
             assert!(fast.len() > slow.len(), "the dispatch is in place");
             let numbers = (0..1024_i64).chain([0x4000_0000, 0x4000_005a, 0x7fff_ffff]);
             for nr in numbers {
