@@ -248,6 +248,77 @@ fn scratch_directory_is_private_per_attempt_and_removed_afterwards() {
 }
 
 #[test]
+fn concurrent_read_only_nodes_cannot_write_each_others_scratch_or_anything_else() {
+    if !kernel_ready("concurrent_read_only_nodes_cannot_write_each_others_scratch_or_anything_else")
+    {
+        return;
+    }
+    let env = Env::new();
+    // A name no other test's scratch directory holds, so each node finds its sibling's.
+    let mark = format!(
+        "sibling-{}-{}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos()
+    );
+    // Each node marks its scratch directory, waits (up to 10 s) until its sibling's marked
+    // directory exists, then tries to write there and beside the checkout, and stays alive
+    // a little so the sibling still finds it.
+    let script = format!(
+        "touch \"$TMPDIR/{mark}\"; parent=$(dirname \"$TMPDIR\"); other=; i=0; \
+         while [ -z \"$other\" ]; do \
+           for d in \"$parent\"/rho-scratch-*; do \
+             [ \"$d\" != \"$TMPDIR\" ] && [ -e \"$d/{mark}\" ] && other=$d; \
+           done; \
+           i=$((i+1)); [ $i -gt 200 ] && {{ echo 'no sibling'; exit 3; }}; \
+           [ -z \"$other\" ] && sleep 0.05; \
+         done; \
+         if echo x > \"$other/intruder\"; then echo 'wrote the sibling scratch'; exit 1; fi; \
+         if mkdir \"$other/d\"; then echo 'made a directory in the sibling scratch'; exit 1; fi; \
+         if rm \"$other/{mark}\"; then echo 'removed the sibling mark'; exit 1; fi; \
+         if echo x > ./written; then echo 'wrote the checkout'; exit 1; fi; \
+         echo mine > \"$TMPDIR/own\" && cat \"$TMPDIR/own\"; sleep 0.5"
+    );
+    let nodes: Vec<String> = ["a", "b"]
+        .iter()
+        .map(|n| node(n, ", access = \"read_only\"", &sh(&script)))
+        .collect();
+    env.write(
+        "wf.star",
+        &workflow(&nodes, "", ", max_parallel_commands = 2"),
+    );
+    let before = tree_digest(&env.ws);
+    let out = env.rho(&["workflow", "run", "wf.star", "--yes"]);
+    let id = run_id(&out);
+    for n in ["a", "b"] {
+        let stdout = std::fs::read_to_string(
+            env.run_dir(&id)
+                .join(format!("nodes/{n}/attempts/1/stdout")),
+        )
+        .unwrap_or_default();
+        assert_eq!(
+            stdout,
+            "mine\n",
+            "{n}: its own scratch is writable, its sibling's and the checkout are not: {}",
+            stderr_of(&env, &id, n)
+        );
+        let stderr = stderr_of(&env, &id, n);
+        assert!(
+            stderr.matches("Permission denied").count() >= 3,
+            "{n}: the kernel refused the writes: {stderr}"
+        );
+    }
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    assert_eq!(
+        tree_digest(&env.ws),
+        before,
+        "nothing changed in the checkout"
+    );
+}
+
+#[test]
 fn network_none_refuses_a_loopback_connection() {
     if !kernel_ready("network_none_refuses_a_loopback_connection") {
         return;
