@@ -20,6 +20,8 @@ use rho_ipc::program::{
 use serde_json::{Map, Value, json};
 
 use crate::workflow::state::{Attempt, ExitRecord, NodeState, State};
+
+pub mod typed;
 use crate::workflow::store::plans::PlanManifest;
 use crate::workflow::store::runs::RunManifest;
 

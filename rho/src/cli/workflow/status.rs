@@ -186,7 +186,7 @@ struct StatusDocument<'a> {
     program: &'a GraphProgram,
     program_digest: &'a str,
     /// Rho 1.47's `run` (`manifest`, `graph`, `state`); Rho's `outcome` is ours too.
-    run: serde_json::Value,
+    run: rho_shapes::typed::RunMember<'a>,
     state: Option<&'a State>,
 }
 
@@ -198,18 +198,15 @@ fn status_document<'a>(
     let state = inspection.state.as_ref();
     let root = state.map(State::root);
     let lifecycle = inspection.effective_lifecycle();
-    let run = json!({
-        "manifest": rho_shapes::run_manifest(manifest),
-        "graph": match program {
-            GraphProgram::Typed(p) => rho_shapes::frozen_workflow(
-                p, &manifest.graph_digest, &manifest.program_digest, None, false,
-            ),
-            GraphProgram::Generic(_) => serde_json::Value::Null,
+    let run = rho_shapes::typed::run_member(
+        manifest,
+        match program {
+            GraphProgram::Typed(p) => Some(p),
+            GraphProgram::Generic(_) => None,
         },
-        "state": state.map(|s| {
-            rho_shapes::run_state(s, lifecycle.unwrap_or(s.lifecycle).as_str())
-        }),
-    });
+        state,
+        lifecycle,
+    );
     StatusDocument {
         command_exits: root.map(|r| &r.command_exits),
         completions: root.map(|r| &r.completions),

@@ -1,0 +1,825 @@
+//! The Rho-shaped `run` member of `status --output json` as borrowed, typed documents.
+//!
+//! `status` on a 1,000-node run spent most of its time building the `run` member as generic
+//! JSON trees (one map allocation per key of every node) and tearing them down again. These
+//! types serialize the same bytes straight from the program and the state.
+//!
+//! Invariant: every struct here prints exactly what its generic counterpart in the parent
+//! module prints. The generic maps sort their keys, so every struct's fields are declared in
+//! byte order of their names and every keyed collection is a `BTreeMap`; small members that
+//! are rare or already generic (conditions, templates, schemas, agent set-ups, data values)
+//! reuse the generic builders. `tests::*_prints_as_the_generic_shape` hold the two equal.
+
+use std::collections::BTreeMap;
+
+use rho_ipc::program::{
+    Access, Execution, FileIdentity, FileLocation, FrozenExecutable, FrozenProgram, Node,
+};
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::workflow::state::{Artifact, Attempt, Lifecycle, NodeState, State};
+
+/// Rho's `run`: `graph` (absent for a program only readable as generic JSON), `manifest`,
+/// `state`.
+#[derive(Serialize)]
+pub struct RunMember<'a> {
+    graph: Option<FrozenWorkflow<'a>>,
+    manifest: Value,
+    state: Option<RunState<'a>>,
+}
+
+/// The `run` member of a run's status (see `super::run_manifest`, `super::frozen_workflow`
+/// without the program, and `super::run_state`).
+pub fn run_member<'a>(
+    manifest: &'a crate::workflow::store::runs::RunManifest,
+    program: Option<&'a FrozenProgram>,
+    state: Option<&'a State>,
+    lifecycle: Option<Lifecycle>,
+) -> RunMember<'a> {
+    RunMember {
+        graph: program
+            .map(|p| frozen_workflow(p, &manifest.graph_digest, &manifest.program_digest, None)),
+        manifest: super::run_manifest(manifest),
+        state: state.map(|s| run_state(s, lifecycle.unwrap_or(s.lifecycle).as_str())),
+    }
+}
+
+#[derive(Serialize)]
+pub struct FrozenWorkflow<'a> {
+    graph: Graph<'a>,
+    graph_digest: &'a str,
+    inputs: BTreeMap<&'a str, Value>,
+    planner: Planner<'a>,
+    program_digest: &'a str,
+    resolved_nodes: BTreeMap<&'a str, Resolved<'a>>,
+    runtime_limits: RuntimeLimits,
+    scheduler: Scheduler,
+    schema_version: u32,
+    sources: Sources<'a>,
+}
+
+#[derive(Serialize)]
+struct Graph<'a> {
+    name: &'a str,
+    nodes: BTreeMap<&'a str, GraphNode<'a>>,
+}
+
+#[derive(Serialize)]
+struct Planner<'a> {
+    format_version: u32,
+    name: &'a str,
+    starlark_version: &'static str,
+    version: &'a str,
+}
+
+#[derive(Serialize)]
+#[allow(clippy::struct_field_names)] // Rho's key names
+struct RuntimeLimits {
+    argv_expansion_bytes: u64,
+    environment_expansion_bytes: u64,
+    node_timeout_seconds: u64,
+    prompt_expansion_bytes: u64,
+    rendered_template_bytes: u64,
+    retained_output_per_stream_bytes: u64,
+    retained_output_total_bytes: u64,
+}
+
+#[derive(Serialize)]
+#[allow(clippy::struct_field_names)] // Rho's key names
+struct Scheduler {
+    max_parallel_agents: u32,
+    max_parallel_commands: u32,
+    max_parallel_nodes: u32,
+}
+
+#[derive(Serialize)]
+struct Sources<'a> {
+    entry_label: String,
+    modules: BTreeMap<String, Module<'a>>,
+}
+
+#[derive(Serialize)]
+struct Module<'a> {
+    bytes: u64,
+    digest: &'a str,
+}
+
+/// The typed form of `super::frozen_workflow(.., with_program = false)`.
+pub fn frozen_workflow<'a>(
+    program: &'a FrozenProgram,
+    graph_digest: &'a str,
+    program_digest: &'a str,
+    entry: Option<&str>,
+) -> FrozenWorkflow<'a> {
+    let entry_label = entry
+        .or_else(|| program.sources.first().map(|s| s.label.as_str()))
+        .map(super::source_label)
+        .unwrap_or_default();
+    let b = &program.budgets;
+    FrozenWorkflow {
+        graph: Graph {
+            name: &program.name,
+            nodes: program
+                .root
+                .nodes
+                .iter()
+                .map(|n| (n.id.as_str(), graph_node(n)))
+                .collect(),
+        },
+        graph_digest,
+        inputs: program
+            .root
+            .bound_inputs
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.to_json()))
+            .collect(),
+        planner: Planner {
+            format_version: program.format_version,
+            name: &program.planner.name,
+            starlark_version: "0.14",
+            version: &program.planner.version,
+        },
+        program_digest,
+        resolved_nodes: program
+            .root
+            .nodes
+            .iter()
+            .map(|n| (n.id.as_str(), resolved_node(program, n)))
+            .collect(),
+        runtime_limits: RuntimeLimits {
+            argv_expansion_bytes: b.expanded_argv_bytes,
+            environment_expansion_bytes: b.rendered_template_bytes,
+            node_timeout_seconds: b.node_timeout_seconds,
+            prompt_expansion_bytes: b.expanded_prompt_bytes,
+            rendered_template_bytes: b.rendered_template_bytes,
+            retained_output_per_stream_bytes: b.retained_output_per_stream_bytes,
+            retained_output_total_bytes: b.retained_output_total_bytes,
+        },
+        scheduler: Scheduler {
+            max_parallel_agents: program.scheduler.max_parallel_agents,
+            max_parallel_commands: program.scheduler.max_parallel_commands,
+            max_parallel_nodes: program.scheduler.max_parallel_nodes,
+        },
+        schema_version: program.format_version,
+        sources: Sources {
+            entry_label,
+            modules: program
+                .sources
+                .iter()
+                .map(|s| {
+                    (
+                        super::source_label(&s.label),
+                        Module {
+                            bytes: s.size,
+                            digest: &s.digest,
+                        },
+                    )
+                })
+                .collect(),
+        },
+    }
+}
+
+#[derive(Serialize)]
+struct GraphNode<'a> {
+    access: Access,
+    allow_failure: bool,
+    condition: Option<Value>,
+    display_name: &'a str,
+    execution: GraphExecution<'a>,
+    id: &'a str,
+    max_output_bytes: u64,
+    needs: &'a [String],
+    node_kind: &'static str,
+    timeout_seconds: u64,
+}
+
+#[derive(Serialize)]
+#[serde(untagged)]
+enum GraphExecution<'a> {
+    Agent {
+        agent: &'a str,
+        kind: &'static str,
+        output: Option<Value>,
+        prompt: Value,
+    },
+    Command {
+        arguments: Vec<Value>,
+        cwd: &'a str,
+        executable: &'a str,
+        invocation: &'static str,
+        kind: &'static str,
+        output: Option<Value>,
+    },
+    Shell {
+        arguments: &'a [String],
+        command: &'a str,
+        cwd: &'a str,
+        executable: &'a str,
+        invocation: &'static str,
+        kind: &'static str,
+        output: Option<Value>,
+    },
+}
+
+fn graph_node(n: &Node) -> GraphNode<'_> {
+    let output = n.output.as_ref().map(super::output_schema);
+    let execution = match &n.execution {
+        Execution::Agent { agent, prompt } => GraphExecution::Agent {
+            agent,
+            kind: "agent",
+            output,
+            prompt: super::template(prompt),
+        },
+        Execution::Command {
+            argv0, args, cwd, ..
+        } => GraphExecution::Command {
+            arguments: args.iter().map(super::template).collect(),
+            cwd: &cwd.path,
+            executable: argv0,
+            invocation: "direct",
+            kind: "command",
+            output,
+        },
+        Execution::Shell {
+            executable,
+            arguments,
+            command,
+            cwd,
+            ..
+        } => GraphExecution::Shell {
+            arguments,
+            command,
+            cwd: &cwd.path,
+            executable,
+            invocation: "shell",
+            kind: "command",
+            output,
+        },
+    };
+    GraphNode {
+        access: n.access,
+        allow_failure: n.allow_failure,
+        condition: n.when.as_ref().map(super::condition),
+        display_name: &n.id,
+        execution,
+        id: &n.id,
+        max_output_bytes: n.max_output_bytes,
+        needs: &n.needs,
+        node_kind: n.kind().as_str(),
+        timeout_seconds: n.timeout_seconds,
+    }
+}
+
+#[derive(Serialize)]
+#[serde(untagged)]
+#[allow(clippy::large_enum_variant)] // commands are the usual node; boxing would allocate per node
+enum Resolved<'a> {
+    Command(ResolvedCommand<'a>),
+    /// An agent node's resolution (rare next to commands; generic).
+    Generic(Value),
+}
+
+#[derive(Serialize)]
+struct ResolvedCommand<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    value: CommandResolution<'a>,
+}
+
+#[derive(Serialize)]
+struct CommandResolution<'a> {
+    cwd: &'a str,
+    cwd_identity: Identity<'a>,
+    environment_policy: &'a str,
+    exact_path: bool,
+    executable: &'a str,
+    executable_identity: ExecutableIdentity<'a>,
+}
+
+#[derive(Serialize)]
+struct Identity<'a> {
+    byte_len: u64,
+    canonical_path: &'a str,
+    content_digest: Option<&'a str>,
+    kind: &'static str,
+    platform_id: Option<String>,
+}
+
+#[derive(Serialize)]
+struct ExecutableIdentity<'a> {
+    file: Identity<'a>,
+    interpreter: Option<Identity<'a>>,
+    interpreter_arguments: &'a [String],
+}
+
+fn location_path(file: &FileIdentity) -> &str {
+    match &file.location {
+        FileLocation::Workspace { path } | FileLocation::Absolute { path, .. } => path,
+    }
+}
+
+fn file_identity(file: &FileIdentity) -> Identity<'_> {
+    Identity {
+        byte_len: file.size,
+        canonical_path: location_path(file),
+        content_digest: Some(&file.sha256),
+        kind: "file",
+        platform_id: match &file.location {
+            FileLocation::Absolute { device, inode, .. } => Some(format!("{device}:{inode}")),
+            FileLocation::Workspace { .. } => None,
+        },
+    }
+}
+
+fn resolved_node<'a>(program: &'a FrozenProgram, n: &'a Node) -> Resolved<'a> {
+    let command = |exe: &'a FrozenExecutable, written: &str, cwd: &'a str| {
+        Resolved::Command(ResolvedCommand {
+            kind: "command",
+            value: CommandResolution {
+                cwd,
+                cwd_identity: Identity {
+                    byte_len: 0,
+                    canonical_path: cwd,
+                    content_digest: None,
+                    kind: "directory",
+                    platform_id: None,
+                },
+                environment_policy: &program.environment.name,
+                exact_path: written.contains('/'),
+                executable: location_path(&exe.file),
+                executable_identity: ExecutableIdentity {
+                    file: file_identity(&exe.file),
+                    interpreter: exe.interpreter.as_ref().map(|i| file_identity(&i.file)),
+                    interpreter_arguments: exe
+                        .interpreter
+                        .as_ref()
+                        .map_or(&[][..], |i| i.args.as_slice()),
+                },
+            },
+        })
+    };
+    match &n.execution {
+        Execution::Command {
+            program: exe,
+            argv0,
+            cwd,
+            ..
+        } => command(exe, argv0, &cwd.path),
+        Execution::Shell {
+            program: exe,
+            executable,
+            cwd,
+            ..
+        } => command(exe, executable, &cwd.path),
+        Execution::Agent { .. } => Resolved::Generic(super::resolved_node(program, n)),
+    }
+}
+
+#[derive(Serialize)]
+pub struct RunState<'a> {
+    last_event_sequence: u64,
+    schema_version: u32,
+    state: RunStateBody<'a>,
+}
+
+#[derive(Serialize)]
+struct RunStateBody<'a> {
+    cancellation_requested: bool,
+    command_exits: BTreeMap<&'a str, Value>,
+    completions: BTreeMap<&'a str, Completion<'a>>,
+    lifecycle: &'a str,
+    nodes: BTreeMap<&'a str, NodeStateDoc>,
+    outcome: Option<&'static str>,
+    outputs: BTreeMap<&'a str, Value>,
+    revision: u64,
+}
+
+/// Rho's node state (`super::node_state`).
+#[derive(Serialize)]
+#[serde(untagged)]
+enum NodeStateDoc {
+    Plain {
+        state: &'static str,
+    },
+    Running {
+        attempt: u32,
+        state: &'static str,
+    },
+    Terminal {
+        outcome: &'static str,
+        state: &'static str,
+    },
+}
+
+fn node_state(state: NodeState, attempt: Option<u32>) -> NodeStateDoc {
+    match state {
+        NodeState::Pending => NodeStateDoc::Plain { state: "pending" },
+        NodeState::Ready => NodeStateDoc::Plain { state: "ready" },
+        NodeState::Running => NodeStateDoc::Running {
+            attempt: attempt.unwrap_or(1),
+            state: "running",
+        },
+        terminal => NodeStateDoc::Terminal {
+            outcome: terminal.as_str(),
+            state: "terminal",
+        },
+    }
+}
+
+#[derive(Serialize)]
+struct Completion<'a> {
+    artifacts: Artifacts<'a>,
+    attempt: Option<u32>,
+    cancellation_resume: Option<&'static str>,
+    command_exit: Option<Value>,
+    outcome: &'static str,
+    structured_output: Option<StructuredOutput<'a>>,
+}
+
+#[derive(Serialize)]
+struct Artifacts<'a> {
+    answer: Option<()>,
+    command_outcome: Option<()>,
+    stderr: Option<ArtifactRef<'a>>,
+    stdout: Option<ArtifactRef<'a>>,
+    structured_output: Option<ArtifactRef<'a>>,
+}
+
+#[derive(Serialize)]
+struct StructuredOutput<'a> {
+    artifact: ArtifactRef<'a>,
+    value: Value,
+}
+
+#[derive(Serialize)]
+struct ArtifactRef<'a> {
+    digest: &'a str,
+    observed: Observed,
+    relative_path: &'a str,
+    retained_bytes: u64,
+}
+
+#[derive(Serialize)]
+#[serde(untagged)]
+enum Observed {
+    Complete {
+        kind: &'static str,
+        observed_bytes: u64,
+    },
+    Truncated {
+        kind: &'static str,
+        observed_bytes_at_least: u64,
+    },
+}
+
+fn artifact_ref(a: &Artifact) -> ArtifactRef<'_> {
+    ArtifactRef {
+        digest: &a.sha256,
+        observed: if a.truncated {
+            Observed::Truncated {
+                kind: "truncated",
+                observed_bytes_at_least: a.observed_bytes,
+            }
+        } else {
+            Observed::Complete {
+                kind: "complete",
+                observed_bytes: a.observed_bytes,
+            }
+        },
+        relative_path: &a.path,
+        retained_bytes: a.retained_bytes,
+    }
+}
+
+fn completion<'a>(
+    state: NodeState,
+    attempt: Option<&'a Attempt>,
+    output: Option<&'a rho_ipc::data::Data>,
+) -> Completion<'a> {
+    let artifacts = Artifacts {
+        answer: None,
+        command_outcome: None,
+        stderr: attempt.and_then(|a| a.stderr.as_ref()).map(artifact_ref),
+        stdout: attempt.and_then(|a| a.stdout.as_ref()).map(artifact_ref),
+        structured_output: attempt.and_then(|a| a.output.as_ref()).map(artifact_ref),
+    };
+    Completion {
+        artifacts,
+        attempt: attempt.map(|a| a.number),
+        cancellation_resume: (state == NodeState::Cancellation).then_some("ready"),
+        command_exit: attempt
+            .and_then(|a| a.exit.as_ref())
+            .map(super::command_exit),
+        outcome: state.as_str(),
+        structured_output: attempt.and_then(|a| a.output.as_ref()).zip(output).map(
+            |(art, value)| StructuredOutput {
+                artifact: artifact_ref(art),
+                value: value.to_json(),
+            },
+        ),
+    }
+}
+
+/// The typed form of `super::run_state`.
+pub fn run_state<'a>(state: &'a State, lifecycle: &'a str) -> RunState<'a> {
+    let root = state.root();
+    let mut nodes = BTreeMap::new();
+    let mut exits = BTreeMap::new();
+    let mut completions = BTreeMap::new();
+    for (id, task) in &root.tasks {
+        let last = task.attempts.last();
+        nodes.insert(id.as_str(), node_state(task.state, last.map(|a| a.number)));
+        if let Some(exit) = last.and_then(|a| a.exit.as_ref()) {
+            exits.insert(id.as_str(), super::command_exit(exit));
+        } else if let Some(code) = root.command_exits.get(id) {
+            exits.insert(
+                id.as_str(),
+                serde_json::json!({ "type": "code", "code": code }),
+            );
+        }
+        if task.state.is_terminal() {
+            completions.insert(
+                id.as_str(),
+                completion(task.state, last, root.outputs.get(id)),
+            );
+        }
+    }
+    RunState {
+        last_event_sequence: state.last_event_sequence,
+        schema_version: super::RUN_STATE_SCHEMA_VERSION,
+        state: RunStateBody {
+            cancellation_requested: state.cancel.is_some(),
+            command_exits: exits,
+            completions,
+            lifecycle,
+            nodes,
+            outcome: root.result.as_ref().map(|r| r.outcome.as_str()),
+            outputs: root
+                .outputs
+                .iter()
+                .map(|(k, v)| (k.as_str(), v.to_json()))
+                .collect(),
+            revision: state.revision,
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::workflow::scheduler::tests::{agent_node, command_node, program};
+    use crate::workflow::state::{
+        AttemptPhase, CancelRecord, ExitRecord, Outcome, ScopeResult, ScopeState, Task,
+    };
+    use rho_ipc::data::Data;
+    use rho_ipc::program::{
+        Condition, FrozenDirectory, FrozenInterpreter, RecordField, Reference, SchedulerSettings,
+        Schema, SourceEntry, Template, TemplatePart,
+    };
+
+    /// A program with every kind of node the shapes distinguish: direct commands (absolute
+    /// and workspace executables, with and without an interpreter, templated arguments,
+    /// conditions, output schemas), a shell node and an agent node.
+    fn varied_program() -> FrozenProgram {
+        let mut script = command_node("b_script", &["a_plain"]);
+        if let Execution::Command {
+            program, args, cwd, ..
+        } = &mut script.execution
+        {
+            program.file.location = FileLocation::Workspace {
+                path: "tools/run.sh".into(),
+            };
+            program.interpreter = Some(FrozenInterpreter {
+                file: program.file.clone(),
+                shebang: "/usr/bin/env".into(),
+                args: vec!["-e".into(), "\"q\"".into()],
+            });
+            *args = vec![
+                Template::text("--x"),
+                Template(vec![
+                    TemplatePart::Text("v=".into()),
+                    TemplatePart::Ref(Reference::Output {
+                        node: "a_plain".into(),
+                        path: vec!["k".into()],
+                    }),
+                    TemplatePart::Ref(Reference::Status {
+                        node: "a_plain".into(),
+                    }),
+                    TemplatePart::Ref(Reference::ExitCode {
+                        node: "a_plain".into(),
+                    }),
+                ]),
+            ];
+            *cwd = FrozenDirectory { path: "sub".into() };
+        }
+        script.when = Some(Condition::Any {
+            conditions: vec![
+                Condition::Equals {
+                    reference: Reference::Status {
+                        node: "a_plain".into(),
+                    },
+                    value: Data::String("success".into()),
+                },
+                Condition::Not {
+                    condition: Box::new(Condition::IsOneOf {
+                        reference: Reference::ExitCode {
+                            node: "a_plain".into(),
+                        },
+                        values: vec![Data::Int(0), Data::Int(3)],
+                    }),
+                },
+            ],
+        });
+        script.output = Some(Schema::StdoutJson {
+            schema: Box::new(Schema::Record {
+                fields: BTreeMap::from([(
+                    "k".to_owned(),
+                    RecordField {
+                        schema: Schema::List {
+                            items: Box::new(Schema::String),
+                        },
+                        optional: false,
+                    },
+                )]),
+            }),
+        });
+        script.allow_failure = true;
+        script.access = Access::ReadOnly;
+        let mut shell = command_node("c_shell", &[]);
+        shell.execution = Execution::Shell {
+            program: match &shell.execution {
+                Execution::Command { program, .. } => program.clone(),
+                _ => unreachable!(),
+            },
+            executable: "/bin/sh".into(),
+            arguments: vec!["-c".into()],
+            command: "echo \"hi\"\n\tdone".into(),
+            cwd: FrozenDirectory { path: ".".into() },
+        };
+        let mut p = program(
+            vec![
+                command_node("a_plain", &[]),
+                script,
+                shell,
+                agent_node("d_agent", &["c_shell"], Access::ReadOnly),
+                command_node("Z-upper", &[]),
+            ],
+            SchedulerSettings {
+                max_parallel_nodes: 4,
+                max_parallel_agents: 1,
+                max_parallel_commands: 3,
+            },
+        );
+        p.root
+            .bound_inputs
+            .insert("who".into(), Data::String("wörld".into()));
+        p.root.bound_inputs.insert("n".into(), Data::Int(-2));
+        p.sources = vec![
+            SourceEntry {
+                label: "//wf/workflow.star".into(),
+                size: 120,
+                digest: "sha256:aa".into(),
+            },
+            SourceEntry {
+                label: "//wf/lib.star".into(),
+                size: 7,
+                digest: "sha256:bb".into(),
+            },
+        ];
+        p
+    }
+
+    fn artifact(path: &str, truncated: bool) -> Artifact {
+        Artifact {
+            path: path.into(),
+            retained_bytes: 10,
+            observed_bytes: 99,
+            truncated,
+            sha256: "sha256:cc".into(),
+        }
+    }
+
+    fn attempt(number: u32, exit: Option<ExitRecord>, with_output: bool) -> Attempt {
+        Attempt {
+            number,
+            phase: AttemptPhase::Finished,
+            process: None,
+            cgroup: None,
+            exit,
+            state: None,
+            reason: None,
+            stdout: Some(artifact("nodes/x/attempts/1/stdout", false)),
+            stderr: Some(artifact("nodes/x/attempts/1/stderr", true)),
+            output: with_output.then(|| artifact("nodes/x/attempts/1/output.json", false)),
+            denial: None,
+            intended_at_ms: 1,
+            finished_at_ms: Some(2),
+        }
+    }
+
+    fn varied_state() -> State {
+        let mut scope = ScopeState::default();
+        let tasks = [
+            (
+                "a_plain",
+                NodeState::Success,
+                vec![attempt(1, Some(ExitRecord::Code { code: 0 }), true)],
+            ),
+            (
+                "b_script",
+                NodeState::Failure,
+                vec![
+                    attempt(1, Some(ExitRecord::Signal { signal: 9 }), false),
+                    attempt(2, Some(ExitRecord::Timeout { seconds: 5 }), false),
+                ],
+            ),
+            (
+                "c_shell",
+                NodeState::Cancellation,
+                vec![attempt(1, Some(ExitRecord::Cancelled), false)],
+            ),
+            ("d_agent", NodeState::Running, vec![attempt(3, None, false)]),
+            ("e_ready", NodeState::Ready, vec![]),
+            ("f_pending", NodeState::Pending, vec![]),
+            ("g_skipped", NodeState::Skipped, vec![]),
+            ("h_blocked", NodeState::Blocked, vec![]),
+            ("i_denied", NodeState::Denial, vec![attempt(1, None, false)]),
+            ("Z-upper", NodeState::Running, vec![]),
+        ];
+        for (id, state, attempts) in tasks {
+            scope.tasks.insert(
+                id.to_owned(),
+                Task {
+                    state,
+                    reason: None,
+                    attempts,
+                },
+            );
+        }
+        scope.command_exits.insert("g_skipped".into(), 4);
+        scope.command_exits.insert("a_plain".into(), 0);
+        scope.outputs.insert(
+            "a_plain".into(),
+            Data::Map(BTreeMap::from([(
+                "k".to_owned(),
+                Data::List(vec![Data::String("x".into()), Data::Null, Data::Bool(true)]),
+            )])),
+        );
+        scope.result = Some(ScopeResult {
+            outcome: Outcome::Failure,
+            exports: BTreeMap::new(),
+        });
+        let mut state = State::empty();
+        state.revision = 17;
+        state.last_event_sequence = 41;
+        state.scopes.insert("s0".into(), scope);
+        state
+    }
+
+    fn pretty(value: &impl Serialize) -> String {
+        serde_json::to_string_pretty(value).unwrap()
+    }
+
+    #[test]
+    fn frozen_workflow_prints_as_the_generic_shape() {
+        let p = varied_program();
+        for entry in [None, Some("//wf/workflow.star")] {
+            let generic = super::super::frozen_workflow(&p, "sha256:g", "sha256:p", entry, false);
+            let typed = frozen_workflow(&p, "sha256:g", "sha256:p", entry);
+            assert_eq!(pretty(&typed), pretty(&generic));
+            assert_eq!(
+                serde_json::to_string(&typed).unwrap(),
+                serde_json::to_string(&generic).unwrap()
+            );
+        }
+        // No sources at all: an empty entry label and module map.
+        let mut bare = varied_program();
+        bare.sources.clear();
+        assert_eq!(
+            pretty(&frozen_workflow(&bare, "g", "p", None)),
+            pretty(&super::super::frozen_workflow(&bare, "g", "p", None, false))
+        );
+    }
+
+    #[test]
+    fn run_state_prints_as_the_generic_shape() {
+        let mut state = varied_state();
+        for lifecycle in ["completed", "needs_recovery"] {
+            assert_eq!(
+                pretty(&run_state(&state, lifecycle)),
+                pretty(&super::super::run_state(&state, lifecycle))
+            );
+        }
+        state.cancel = Some(CancelRecord {
+            request_id: "r".into(),
+            completed: false,
+        });
+        state.scopes.clear();
+        assert_eq!(
+            pretty(&run_state(&state, "running")),
+            pretty(&super::super::run_state(&state, "running"))
+        );
+    }
+}
