@@ -822,4 +822,77 @@ mod tests {
             pretty(&super::super::run_state(&state, "running"))
         );
     }
+
+    /// A finished 1,000-node run like the `run` bench's: the whole `run` member, byte for
+    /// byte, against the generic builders it replaced.
+    #[test]
+    fn a_thousand_node_run_member_prints_as_the_generic_shape() {
+        let nodes: Vec<Node> = (0..1000)
+            .map(|i| command_node(&format!("n{i:04}"), &[]))
+            .collect();
+        let p = program(
+            nodes,
+            SchedulerSettings {
+                max_parallel_nodes: 8,
+                max_parallel_agents: 1,
+                max_parallel_commands: 8,
+            },
+        );
+        let mut scope = ScopeState::default();
+        for (i, node) in p.root.nodes.iter().enumerate() {
+            let code = i32::try_from(i % 3).unwrap();
+            scope.tasks.insert(
+                node.id.clone(),
+                Task {
+                    state: if code == 0 {
+                        NodeState::Success
+                    } else {
+                        NodeState::Failure
+                    },
+                    reason: None,
+                    attempts: vec![attempt(1, Some(ExitRecord::Code { code }), false)],
+                },
+            );
+            scope.command_exits.insert(node.id.clone(), i64::from(code));
+        }
+        let mut state = State::empty();
+        state.scopes.insert("s0".into(), scope);
+        let manifest: crate::workflow::store::runs::RunManifest =
+            serde_json::from_value(serde_json::json!({
+                "format": 2,
+                "run_id": "r1",
+                "plan_id": "p1",
+                "name": "bench",
+                "created_at": "2026-12-01T03:00:00.000Z",
+                "graph_digest": "sha256:g",
+                "program_digest": "sha256:p",
+                "node_count": 1000,
+                "workspace": {"path": "/w", "device": 1, "inode": 2},
+                "confirmation": {"method": "--yes", "at": "2026-12-01T03:00:00.000Z", "digest": "sha256:p"},
+            }))
+            .unwrap();
+        let generic = serde_json::json!({
+            "manifest": super::super::run_manifest(&manifest),
+            "graph": super::super::frozen_workflow(&p, "sha256:g", "sha256:p", None, false),
+            "state": super::super::run_state(&state, "completed"),
+        });
+        let typed = run_member(
+            &manifest,
+            Some(&p),
+            Some(&state),
+            Some(Lifecycle::Completed),
+        );
+        let text = pretty(&typed);
+        assert!(text.len() > 1_000_000, "{} bytes", text.len());
+        assert_eq!(text, pretty(&generic));
+        // Without a readable program or a state, both are `null`.
+        assert_eq!(
+            pretty(&run_member(&manifest, None, None, None)),
+            pretty(&serde_json::json!({
+                "manifest": super::super::run_manifest(&manifest),
+                "graph": null,
+                "state": null,
+            }))
+        );
+    }
 }
