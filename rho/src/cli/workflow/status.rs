@@ -91,7 +91,7 @@ pub fn run_status(args: &StatusArgs) -> CliResult {
 fn write_document(document: &StatusDocument<'_>) -> Result<(), CliError> {
     use std::io::Write as _;
     let mut out = std::io::BufWriter::with_capacity(1 << 16, std::io::stdout().lock());
-    serde_json::to_writer_pretty(&mut out, document)
+    write_pretty(&mut out, document)
         .map_err(|e| {
             if e.is_io() {
                 CliError::operational(format!("cannot write to stdout: {e}"))
@@ -104,6 +104,123 @@ fn write_document(document: &StatusDocument<'_>) -> Result<(), CliError> {
                 .and_then(|()| out.flush())
                 .map_err(|e| CliError::operational(format!("cannot write to stdout: {e}")))
         })
+}
+
+/// Writes `value` exactly as `serde_json::to_writer_pretty` does (two-space indent), with
+/// each line break and its indentation written at once rather than one write per level.
+fn write_pretty<W: std::io::Write, T: Serialize + ?Sized>(
+    writer: W,
+    value: &T,
+) -> Result<(), serde_json::Error> {
+    let mut serializer = serde_json::Serializer::with_formatter(writer, LineFormatter::default());
+    value.serialize(&mut serializer)
+}
+
+/// A line break followed by indentation for up to 63 levels.
+const BREAK: &[u8; 127] = b"\n                                                                                                                              ";
+
+/// `serde_json::ser::PrettyFormatter` with a two-space indent, byte for byte.
+#[derive(Default)]
+struct LineFormatter {
+    depth: usize,
+    has_value: bool,
+}
+
+impl LineFormatter {
+    fn line<W: ?Sized + std::io::Write>(&self, writer: &mut W) -> std::io::Result<()> {
+        if let Some(line) = BREAK.get(..=2 * self.depth) {
+            writer.write_all(line)
+        } else {
+            writer.write_all(b"\n")?;
+            (0..self.depth).try_for_each(|_| writer.write_all(b"  "))
+        }
+    }
+
+    fn open<W: ?Sized + std::io::Write>(
+        &mut self,
+        writer: &mut W,
+        bracket: &[u8],
+    ) -> std::io::Result<()> {
+        self.depth += 1;
+        self.has_value = false;
+        writer.write_all(bracket)
+    }
+
+    fn close<W: ?Sized + std::io::Write>(
+        &mut self,
+        writer: &mut W,
+        bracket: &[u8],
+    ) -> std::io::Result<()> {
+        self.depth -= 1;
+        if self.has_value {
+            self.line(writer)?;
+        }
+        writer.write_all(bracket)
+    }
+
+    fn item<W: ?Sized + std::io::Write>(&self, writer: &mut W, first: bool) -> std::io::Result<()> {
+        if !first {
+            writer.write_all(b",")?;
+        }
+        self.line(writer)
+    }
+}
+
+impl serde_json::ser::Formatter for LineFormatter {
+    fn begin_array<W: ?Sized + std::io::Write>(&mut self, writer: &mut W) -> std::io::Result<()> {
+        self.open(writer, b"[")
+    }
+
+    fn end_array<W: ?Sized + std::io::Write>(&mut self, writer: &mut W) -> std::io::Result<()> {
+        self.close(writer, b"]")
+    }
+
+    fn begin_array_value<W: ?Sized + std::io::Write>(
+        &mut self,
+        writer: &mut W,
+        first: bool,
+    ) -> std::io::Result<()> {
+        self.item(writer, first)
+    }
+
+    fn end_array_value<W: ?Sized + std::io::Write>(
+        &mut self,
+        _writer: &mut W,
+    ) -> std::io::Result<()> {
+        self.has_value = true;
+        Ok(())
+    }
+
+    fn begin_object<W: ?Sized + std::io::Write>(&mut self, writer: &mut W) -> std::io::Result<()> {
+        self.open(writer, b"{")
+    }
+
+    fn end_object<W: ?Sized + std::io::Write>(&mut self, writer: &mut W) -> std::io::Result<()> {
+        self.close(writer, b"}")
+    }
+
+    fn begin_object_key<W: ?Sized + std::io::Write>(
+        &mut self,
+        writer: &mut W,
+        first: bool,
+    ) -> std::io::Result<()> {
+        self.item(writer, first)
+    }
+
+    fn begin_object_value<W: ?Sized + std::io::Write>(
+        &mut self,
+        writer: &mut W,
+    ) -> std::io::Result<()> {
+        writer.write_all(b": ")
+    }
+
+    fn end_object_value<W: ?Sized + std::io::Write>(
+        &mut self,
+        _writer: &mut W,
+    ) -> std::io::Result<()> {
+        self.has_value = true;
+        Ok(())
+    }
 }
 
 /// The degraded-sandbox warnings of a run: from the record copied into its manifest, or
@@ -448,5 +565,43 @@ mod tests {
             serde_json::Value::Null
         );
         assert!(program_of(b"{not json").is_err());
+    }
+
+    fn pretty_via_lines(value: &serde_json::Value) -> String {
+        let mut out = Vec::new();
+        write_pretty(&mut out, value).unwrap();
+        String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn line_formatter_prints_as_serde_json_pretty() {
+        // Empty and filled containers, strings needing escapes, and nesting deeper than
+        // the precomputed indentation.
+        let mut deep = json!({"leaf": [1, {"x": null}], "empty": {}});
+        for i in 0..80 {
+            deep = if i % 2 == 0 {
+                json!({"k": deep, "e": [], "s": "a\"b\n\u{1}ü"})
+            } else {
+                json!([deep, {}, -1.5, true])
+            };
+        }
+        for value in [
+            json!(null),
+            json!([]),
+            json!({}),
+            json!([[], {}, [[]], {"a": {}}]),
+            json!({"b": [1, 2, {"c": "d"}], "a": "x"}),
+            deep,
+        ] {
+            assert_eq!(
+                pretty_via_lines(&value),
+                serde_json::to_string_pretty(&value).unwrap()
+            );
+        }
+        let program = serde_json::to_value(sample()).unwrap();
+        assert_eq!(
+            pretty_via_lines(&program),
+            serde_json::to_string_pretty(&program).unwrap()
+        );
     }
 }
