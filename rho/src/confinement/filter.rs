@@ -183,27 +183,50 @@ pub fn target_arch() -> Option<TargetArch> {
 }
 
 /// Compiles the filter: refused calls answer `EPERM`, all others are allowed.
+///
+/// The program is a binary search on the call number (see [`with_dispatch`]): a call
+/// refused outright answers there, a call whose refusal depends on its arguments continues
+/// into seccompiler's chain of those rules. Where that cannot be built, seccompiler's linear
+/// program of every rule is used as it is.
 pub fn compile(plan: &FilterPlan) -> Result<BpfProgram, ConfinementError> {
+    let map = rule_map(plan)?;
+    let unconditional: Vec<i64> = map
+        .iter()
+        .filter(|(_, rules)| rules.is_empty())
+        .map(|(&nr, _)| nr)
+        .collect();
+    let conditional: Vec<i64> = map
+        .iter()
+        .filter(|(_, rules)| !rules.is_empty())
+        .map(|(&nr, _)| nr)
+        .collect();
+    let mut chain_map = map.clone();
+    chain_map.retain(|_, rules| !rules.is_empty());
+    // Without a chain (say, no rule has conditions) the linear program serves.
+    let chain = linear_program(chain_map).ok();
+    match chain.and_then(|chain| with_dispatch(&chain, &unconditional, &conditional)) {
+        Some(program) => Ok(program),
+        None => linear_program(map),
+    }
+}
+
+/// seccompiler's program for `map`: each call compared in turn.
+fn linear_program(map: BTreeMap<i64, Vec<SeccompRule>>) -> Result<BpfProgram, ConfinementError> {
     let arch = target_arch().ok_or_else(|| ConfinementError::Unsupported {
         what: "kernel confinement",
         reason: format!("no seccomp syscall table for {}", std::env::consts::ARCH),
     })?;
-    let filter = SeccompFilter::new(
-        rule_map(plan)?,
-        SeccompAction::Allow,
-        #[allow(clippy::cast_sign_loss)]
-        SeccompAction::Errno(libc::EPERM as u32),
-        arch,
-    )
-    .map_err(|source| ConfinementError::Filter {
+    let filter = SeccompFilter::new(map, SeccompAction::Allow, SeccompAction::Errno(EPERM), arch)
+        .map_err(|source| ConfinementError::Filter {
         source: source.into(),
     })?;
-    let program = BpfProgram::try_from(filter).map_err(|source| ConfinementError::Filter {
+    BpfProgram::try_from(filter).map_err(|source| ConfinementError::Filter {
         source: source.into(),
-    })?;
-    let refused: Vec<i64> = rule_map(plan)?.into_keys().collect();
-    Ok(with_dispatch(program, &refused))
+    })
 }
+
+#[allow(clippy::cast_sign_loss)]
+const EPERM: u32 = libc::EPERM as u32;
 
 /// `BPF_LD | BPF_W | BPF_ABS`: load a word of `seccomp_data`.
 const LD_ABS: u16 = 0x20;
@@ -223,31 +246,35 @@ const RET_ALLOW: u32 = 0x7fff_0000;
 enum Target {
     /// An instruction of the dispatch itself (its index there).
     At(usize),
-    /// The `ret ALLOW` closing the dispatch: the call has no rule.
+    /// The `ret ALLOW` after the dispatch: the call has no rule.
     Allow,
-    /// seccompiler's chain of rules, right after the dispatch.
+    /// The `ret ERRNO(EPERM)` after it: the call is refused whatever its arguments.
+    Deny,
+    /// seccompiler's chain of the rules with conditions, after both.
     Chain,
 }
 
-/// Puts a binary search on the call number in front of seccompiler's linear chain of rules:
-/// a call without a rule is allowed after about log2(rules) comparisons instead of one
-/// comparison per rule, and a call with one continues into the unchanged chain. The verdict
-/// of every call is the same; what changes is the cost of attaching the filter, because
-/// the kernel runs the program for every call number when it builds its cache of allowed
-/// calls (under a lock, in every confined child before `exec`).
+/// Splices a binary search on the call number into `chain` (seccompiler's program of the
+/// rules with conditions) right after its load of the call number: a call without a rule
+/// is allowed after about log2(rules) comparisons, a call in `unconditional` is refused
+/// there, one in `conditional` continues into the unchanged chain. This matters for the
+/// cost of attaching the filter: the kernel runs the program for every call number when it
+/// builds its cache of allowed calls (under a lock, in every confined child before `exec`),
+/// and compiles it; a linear chain makes both grow with the number of rules.
 ///
-/// The dispatch goes right after the first load of the call number; the original program
-/// is returned unchanged when that load is missing, when an earlier jump would cross the
-/// insertion, or when a jump would not fit BPF's 8-bit offsets.
-fn with_dispatch(program: BpfProgram, refused: &[i64]) -> BpfProgram {
-    let Some(load) = program
+/// `None` (the caller then uses the linear program) when the load is missing, an earlier
+/// jump would cross the insertion, a number does not fit, or a jump would not fit BPF's
+/// 8-bit offsets.
+fn with_dispatch(
+    chain: &[seccompiler::sock_filter],
+    unconditional: &[i64],
+    conditional: &[i64],
+) -> Option<BpfProgram> {
+    let load = chain
         .iter()
-        .position(|insn| insn.code == LD_ABS && insn.k == 0)
-    else {
-        return program;
-    };
+        .position(|insn| insn.code == LD_ABS && insn.k == 0)?;
     // A jump before the load must land at or before it (BPF jumps only forward).
-    let crosses = program[..load].iter().enumerate().any(|(i, insn)| {
+    let crosses = chain[..load].iter().enumerate().any(|(i, insn)| {
         let reach = match insn.code {
             JA => usize::try_from(insn.k).unwrap_or(usize::MAX),
             code if code & 0x07 == 0x05 => usize::from(insn.jt.max(insn.jf)),
@@ -255,56 +282,66 @@ fn with_dispatch(program: BpfProgram, refused: &[i64]) -> BpfProgram {
         };
         (i + 1).saturating_add(reach) > load
     });
-    let mut keys: Vec<u32> = refused
-        .iter()
-        .filter_map(|&nr| u32::try_from(nr).ok())
-        .collect();
-    keys.sort_unstable();
-    keys.dedup();
-    if crosses || keys.is_empty() || keys.len() != refused.len() {
-        return program;
+    if crosses {
+        return None;
+    }
+    let mut keys = Vec::with_capacity(unconditional.len() + conditional.len());
+    for (calls, target) in [(unconditional, Target::Deny), (conditional, Target::Chain)] {
+        for &nr in calls {
+            keys.push((u32::try_from(nr).ok()?, target));
+        }
+    }
+    keys.sort_unstable_by_key(|&(nr, _)| nr);
+    if keys.is_empty() || keys.windows(2).any(|w| w[0].0 == w[1].0) {
+        return None;
     }
     let mut pending = Vec::with_capacity(2 * keys.len());
     dispatch(&keys, &mut pending);
     let allow = pending.len();
-    let mut tree = Vec::with_capacity(allow + 1);
+    let mut tree = Vec::with_capacity(allow + 2);
     for (i, &(code, k, jt, jf)) in pending.iter().enumerate() {
         let offset = |target: Target| {
             let to = match target {
                 Target::At(at) => at,
                 Target::Allow => allow,
-                Target::Chain => allow + 1,
+                Target::Deny => allow + 1,
+                Target::Chain => allow + 2,
             };
             u8::try_from(to - (i + 1)).ok()
         };
-        let (Some(jt), Some(jf)) = (offset(jt), offset(jf)) else {
-            return program;
-        };
-        tree.push(seccompiler::sock_filter { code, jt, jf, k });
+        tree.push(seccompiler::sock_filter {
+            code,
+            jt: offset(jt)?,
+            jf: offset(jf)?,
+            k,
+        });
     }
-    tree.push(seccompiler::sock_filter {
-        code: RET,
-        jt: 0,
-        jf: 0,
-        k: RET_ALLOW,
-    });
-    let mut out = Vec::with_capacity(program.len() + tree.len());
-    out.extend_from_slice(&program[..=load]);
+    for k in [RET_ALLOW, u32::from(SeccompAction::Errno(EPERM))] {
+        tree.push(seccompiler::sock_filter {
+            code: RET,
+            jt: 0,
+            jf: 0,
+            k,
+        });
+    }
+    let mut out = Vec::with_capacity(chain.len() + tree.len());
+    out.extend_from_slice(&chain[..=load]);
     out.extend(tree);
-    out.extend_from_slice(&program[load + 1..]);
-    out
+    out.extend_from_slice(&chain[load + 1..]);
+    Some(out)
 }
 
 /// Appends the search over the sorted, non-empty `keys`: each inner node sends the calls at
-/// or above its middle key to its right half, each leaf compares one key.
-fn dispatch(keys: &[u32], out: &mut Vec<(u16, u32, Target, Target)>) {
-    if let [key] = keys {
-        out.push((JEQ, *key, Target::Chain, Target::Allow));
+/// or above its middle key to its right half, each leaf compares one key and sends it to
+/// its target.
+fn dispatch(keys: &[(u32, Target)], out: &mut Vec<(u16, u32, Target, Target)>) {
+    if let [(key, target)] = keys {
+        out.push((JEQ, *key, *target, Target::Allow));
         return;
     }
     let mid = keys.len() / 2;
     let node = out.len();
-    out.push((JGE, keys[mid], Target::Allow, Target::At(node + 1)));
+    out.push((JGE, keys[mid].0, Target::Allow, Target::At(node + 1)));
     dispatch(&keys[..mid], out);
     out[node].2 = Target::At(out.len());
     dispatch(&keys[mid..], out);
@@ -467,16 +504,9 @@ mod tests {
         );
     }
 
-    /// seccompiler's program without the dispatch in front.
+    /// seccompiler's program of every rule, without the dispatch.
     fn linear(plan: FilterPlan) -> BpfProgram {
-        let filter = SeccompFilter::new(
-            rule_map(&plan).unwrap(),
-            SeccompAction::Allow,
-            SeccompAction::Errno(RET_EPERM & 0xffff),
-            target_arch().unwrap(),
-        )
-        .unwrap();
-        BpfProgram::try_from(filter).unwrap()
+        linear_program(rule_map(&plan).unwrap()).unwrap()
     }
 
     #[test]
@@ -517,7 +547,19 @@ mod tests {
         for plan in &plans {
             let fast = compile(plan).unwrap();
             let slow = linear(*plan);
-            assert!(fast.len() > slow.len(), "the dispatch is in place");
+            let load = fast
+                .iter()
+                .position(|i| i.code == LD_ABS && i.k == 0)
+                .unwrap();
+            assert_eq!(fast[load + 1].code, JGE, "the dispatch is in place");
+            if plan.deny_metadata {
+                assert!(
+                    fast.len() < slow.len(),
+                    "refusals outright end in the dispatch: {} < {}",
+                    fast.len(),
+                    slow.len()
+                );
+            }
             let numbers = (0..1024_i64).chain([0x4000_0000, 0x4000_005a, 0x7fff_ffff]);
             for nr in numbers {
                 for a in &args {
