@@ -204,10 +204,78 @@ pub fn compile(plan: &FilterPlan) -> Result<BpfProgram, ConfinementError> {
     chain_map.retain(|_, rules| !rules.is_empty());
     // Without a chain (say, no rule has conditions) the linear program serves.
     let chain = linear_program(chain_map).ok();
-    match chain.and_then(|chain| with_dispatch(&chain, &unconditional, &conditional)) {
-        Some(program) => Ok(program),
-        None => linear_program(map),
-    }
+    let program = match chain.and_then(|chain| with_dispatch(&chain, &unconditional, &conditional))
+    {
+        Some(program) => program,
+        None => linear_program(map)?,
+    };
+    refuse_foreign_numbers(&program)
+}
+
+/// The bit that marks a call number of x86_64's x32 ABI: the same architecture value in
+/// `seccomp_data`, so seccompiler's per-number rules would not see `chmod` called by its
+/// x32 number on a kernel that has x32 enabled.
+#[cfg(target_arch = "x86_64")]
+const X32_SYSCALL_BIT: u32 = 0x4000_0000;
+
+/// Refuses every x32 call number (x86_64 only) right after the call number is loaded,
+/// before any rule: the rules name native numbers, and no confined node needs x32. Fails
+/// (instead of leaving the gap open) when the load is missing or a jump crosses it.
+#[cfg(target_arch = "x86_64")]
+fn refuse_foreign_numbers(
+    program: &[seccompiler::sock_filter],
+) -> Result<BpfProgram, ConfinementError> {
+    let Some(load) = call_number_load(program) else {
+        return Err(ConfinementError::Unsupported {
+            what: "kernel confinement",
+            reason: "the seccomp program has no single load of the call number to guard".to_owned(),
+        });
+    };
+    let guard = [
+        seccompiler::sock_filter {
+            code: JGE,
+            jt: 0,
+            jf: 1,
+            k: X32_SYSCALL_BIT,
+        },
+        seccompiler::sock_filter {
+            code: RET,
+            jt: 0,
+            jf: 0,
+            k: u32::from(SeccompAction::Errno(EPERM)),
+        },
+    ];
+    let mut out = Vec::with_capacity(program.len() + guard.len());
+    out.extend_from_slice(&program[..=load]);
+    out.extend(guard);
+    out.extend_from_slice(&program[load + 1..]);
+    Ok(out)
+}
+
+/// Other architectures have one call numbering: nothing to refuse.
+#[cfg(not(target_arch = "x86_64"))]
+#[allow(clippy::unnecessary_wraps, reason = "the same signature as on x86_64")]
+fn refuse_foreign_numbers(
+    program: &[seccompiler::sock_filter],
+) -> Result<BpfProgram, ConfinementError> {
+    Ok(program.to_vec())
+}
+
+/// Where `program` loads the call number, when no jump before it lands past it (BPF jumps
+/// only forward, so instructions inserted right after it are reached by every call).
+fn call_number_load(program: &[seccompiler::sock_filter]) -> Option<usize> {
+    let load = program
+        .iter()
+        .position(|insn| insn.code == LD_ABS && insn.k == 0)?;
+    let crosses = program[..load].iter().enumerate().any(|(i, insn)| {
+        let reach = match insn.code {
+            JA => usize::try_from(insn.k).unwrap_or(usize::MAX),
+            code if code & 0x07 == 0x05 => usize::from(insn.jt.max(insn.jf)),
+            _ => 0,
+        };
+        (i + 1).saturating_add(reach) > load
+    });
+    (!crosses).then_some(load)
 }
 
 /// seccompiler's program for `map`: each call compared in turn.
@@ -270,21 +338,7 @@ fn with_dispatch(
     unconditional: &[i64],
     conditional: &[i64],
 ) -> Option<BpfProgram> {
-    let load = chain
-        .iter()
-        .position(|insn| insn.code == LD_ABS && insn.k == 0)?;
-    // A jump before the load must land at or before it (BPF jumps only forward).
-    let crosses = chain[..load].iter().enumerate().any(|(i, insn)| {
-        let reach = match insn.code {
-            JA => usize::try_from(insn.k).unwrap_or(usize::MAX),
-            code if code & 0x07 == 0x05 => usize::from(insn.jt.max(insn.jf)),
-            _ => 0,
-        };
-        (i + 1).saturating_add(reach) > load
-    });
-    if crosses {
-        return None;
-    }
+    let load = call_number_load(chain)?;
     let mut keys = Vec::with_capacity(unconditional.len() + conditional.len());
     for (calls, target) in [(unconditional, Target::Deny), (conditional, Target::Chain)] {
         for &nr in calls {
@@ -551,7 +605,13 @@ mod tests {
                 .iter()
                 .position(|i| i.code == LD_ABS && i.k == 0)
                 .unwrap();
-            assert_eq!(fast[load + 1].code, JGE, "the dispatch is in place");
+            // On x86_64 the x32 guard (a comparison and its refusal) comes first.
+            let first = if cfg!(target_arch = "x86_64") {
+                load + 3
+            } else {
+                load + 1
+            };
+            assert_eq!(fast[first].code, JGE, "the dispatch is in place");
             if plan.deny_metadata {
                 assert!(
                     fast.len() < slow.len(),
@@ -560,12 +620,54 @@ mod tests {
                     slow.len()
                 );
             }
-            let numbers = (0..1024_i64).chain([0x4000_0000, 0x4000_005a, 0x7fff_ffff]);
+            let numbers = (0..1024_i64).chain([0x3fff_ffff]);
             for nr in numbers {
                 for a in &args {
                     assert_eq!(run(&fast, nr, *a), run(&slow, nr, *a), "call {nr}, {a:?}");
                 }
             }
+        }
+    }
+
+    #[test]
+    #[cfg(target_arch = "x86_64")]
+    fn every_x32_call_number_is_refused_whatever_the_plan() {
+        // seccompiler's rules name native numbers: `chmod` by its x32 number would pass them
+        // on a kernel with x32 enabled. Every plan refuses the whole x32 range instead.
+        let plans = [
+            FilterPlan {
+                deny_metadata: true,
+                ..FilterPlan::default()
+            },
+            FilterPlan {
+                deny_sockets: true,
+                tcp_by_landlock: true,
+                ..FilterPlan::default()
+            },
+            FilterPlan {
+                deny_sockets: true,
+                ..FilterPlan::default()
+            },
+        ];
+        for plan in &plans {
+            let p = compile(plan).unwrap();
+            for nr in [
+                libc::SYS_chmod,
+                libc::SYS_socket,
+                libc::SYS_read,
+                0,
+                0x3fff_ffff,
+            ] {
+                let x32 = nr | 0x4000_0000;
+                assert_eq!(
+                    run(&p, x32, [0; 6]),
+                    RET_EPERM,
+                    "call {x32:#x} under {plan:?}"
+                );
+            }
+            // The native numbers keep their verdicts.
+            assert_eq!(run(&p, libc::SYS_read, [0; 6]), RET_ALLOW);
+            assert_eq!(run(&p, libc::SYS_getpid, [0; 6]), RET_ALLOW);
         }
     }
 
@@ -587,7 +689,10 @@ mod tests {
             steps += 1;
         }
         assert_eq!(p[pc].k, RET_ALLOW);
-        assert!(steps <= 7, "{steps} comparisons for a call without a rule");
+        assert!(
+            steps <= 8,
+            "{steps} comparisons (the x32 guard included) for a call without a rule"
+        );
     }
 
     #[test]
