@@ -12,7 +12,7 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use rho::workflow::journal;
-use rho::workflow::state::{EventKind, Lifecycle, NodeState};
+use rho::workflow::state::{Event, EventKind, Lifecycle, NodeState};
 
 mod run_support;
 use run_support::{Env, code, node, text};
@@ -74,10 +74,31 @@ fn sigkill(pid: i32) {
 /// Starts `rho workflow run` and waits until the node's detached sleeper is recorded.
 /// Returns the owner, the run id, the sleeper's pid and the cgroup the journal names.
 fn start_detaching_run(env: &Env) -> (std::process::Child, String, i32, String) {
+    let (owner, id, escaped, events) = launch_detaching_run(env, None);
+    let cgroup = events
+        .iter()
+        .find_map(|e| match &e.kind {
+            EventKind::LaunchIntended { cgroup, .. } => cgroup.clone(),
+            _ => None,
+        })
+        .expect("launch_intended names the attempt's cgroup");
+    (owner, id, escaped, cgroup)
+}
+
+/// Starts the detaching workflow (under `containment` when given, as `RHO_CONTAINMENT`) and
+/// waits until the node's detached sleeper runs. Returns the owner, the run id, the
+/// sleeper's pid and the run's journal at that moment.
+fn launch_detaching_run(
+    env: &Env,
+    containment: Option<&str>,
+) -> (std::process::Child, String, i32, Vec<Event>) {
     let plan_id = detaching_workflow(env);
     let before: BTreeSet<String> = env.run_ids();
-    let owner = env
-        .command(&["workflow", "run", &plan_id, "--yes"])
+    let mut command = env.command(&["workflow", "run", &plan_id, "--yes"]);
+    if let Some(mode) = containment {
+        command.env("RHO_CONTAINMENT", mode);
+    }
+    let owner = command
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
@@ -100,15 +121,8 @@ fn start_detaching_run(env: &Env) -> (std::process::Child, String, i32, String) 
     let events = journal::read(&env.run_dir(&id).join("events.jsonl"))
         .unwrap()
         .events;
-    let cgroup = events
-        .iter()
-        .find_map(|e| match &e.kind {
-            EventKind::LaunchIntended { cgroup, .. } => cgroup.clone(),
-            _ => None,
-        })
-        .expect("launch_intended names the attempt's cgroup");
     assert!(running(escaped));
-    (owner, id, escaped, cgroup)
+    (owner, id, escaped, events)
 }
 
 /// The owner's children running the `rho` executable: its exec guardian.
@@ -205,40 +219,13 @@ fn recovery_and_delete_refuse_while_a_detached_descendant_outlives_owner_and_gua
 /// cgroups are delegated) and waits until the node's detached sleeper is recorded. Returns
 /// the owner, the run id and the sleeper's pid.
 fn start_tracked_run(env: &Env) -> (std::process::Child, String, i32) {
-    let plan_id = detaching_workflow(env);
-    let before: BTreeSet<String> = env.run_ids();
-    let owner = env
-        .command(&["workflow", "run", &plan_id, "--yes"])
-        .env("RHO_CONTAINMENT", "subreaper")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut id = String::new();
-    wait_for("the detached sleeper", || {
-        if id.is_empty() {
-            match env.run_ids().difference(&before).next() {
-                Some(new) => id.clone_from(new),
-                None => return false,
-            }
-        }
-        env.ws.join("esc.pid").exists()
-    });
-    let escaped: i32 = std::fs::read_to_string(env.ws.join("esc.pid"))
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
-    let events = journal::read(&env.run_dir(&id).join("events.jsonl"))
-        .unwrap()
-        .events;
+    let (owner, id, escaped, events) = launch_detaching_run(env, Some("subreaper"));
     assert!(
         events
             .iter()
             .any(|e| matches!(&e.kind, EventKind::LaunchIntended { cgroup: None, .. })),
         "no cgroup under the fallback"
     );
-    assert!(running(escaped));
     (owner, id, escaped)
 }
 
