@@ -125,6 +125,29 @@ fn launch_detaching_run(
     (owner, id, escaped, events)
 }
 
+/// While the escaped sleeper of run `id` lives, the run needs recovery and `delete` refuses
+/// (exit 7, naming it, the run kept); once it is killed, recovery runs attempt 2 to success.
+fn refused_until_killed_then_recovered(env: &Env, id: &str, escaped: i32) {
+    let status = env.rho(&["workflow", "status", id, "--output", "json"]);
+    let doc: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap();
+    assert_eq!(doc["lifecycle"], "needs_recovery", "{doc}");
+
+    let out = env.rho(&["workflow", "delete", id, "--yes"]);
+    assert_eq!(code(&out), 7, "{}", text(&out));
+    assert!(text(&out).contains(&escaped.to_string()), "{}", text(&out));
+    assert!(env.run_dir(id).exists(), "the run is still there");
+
+    // Once the user stops it, recovery starts attempt 2 and nothing runs twice.
+    sigkill(escaped);
+    wait_for("the sleeper to be gone", || !running(escaped));
+    let out = env.rho(&["workflow", "resume", id, "--yes", "--recover-uncertain"]);
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    let state = run_support::assert_snapshot_matches_journal(&env.run_dir(id)).0;
+    assert_eq!(state.lifecycle, Lifecycle::Completed);
+    assert_eq!(state.root().node_state("d"), Some(NodeState::Success));
+    assert_eq!(state.root().tasks["d"].attempts.len(), 2);
+}
+
 /// The owner's children running the `rho` executable: its exec guardian.
 fn guardians_of(owner: i32) -> Vec<i32> {
     let mut found = Vec::new();
@@ -194,24 +217,7 @@ fn recovery_and_delete_refuse_while_a_detached_descendant_outlives_owner_and_gua
             && message.contains("cgroup.kill"),
         "the refusal names the cgroup, the pid and how to stop it: {message}"
     );
-    let status = env.rho(&["workflow", "status", &id, "--output", "json"]);
-    let doc: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap();
-    assert_eq!(doc["lifecycle"], "needs_recovery", "{doc}");
-
-    let out = env.rho(&["workflow", "delete", &id, "--yes"]);
-    assert_eq!(code(&out), 7, "{}", text(&out));
-    assert!(text(&out).contains(&escaped.to_string()), "{}", text(&out));
-    assert!(env.run_dir(&id).exists(), "the run is still there");
-
-    // Once the user stops it, recovery starts attempt 2 and nothing runs twice.
-    sigkill(escaped);
-    wait_for("the sleeper to be gone", || !running(escaped));
-    let out = env.rho(&["workflow", "resume", &id, "--yes", "--recover-uncertain"]);
-    assert_eq!(code(&out), 0, "{}", text(&out));
-    let state = run_support::assert_snapshot_matches_journal(&env.run_dir(&id)).0;
-    assert_eq!(state.lifecycle, Lifecycle::Completed);
-    assert_eq!(state.root().node_state("d"), Some(NodeState::Success));
-    assert_eq!(state.root().tasks["d"].attempts.len(), 2);
+    refused_until_killed_then_recovered(&env, &id, escaped);
     assert!(rho::containment::Cgroup::open(&cgroup).unwrap().is_none());
 }
 
@@ -297,23 +303,7 @@ fn without_a_cgroup_recovery_and_delete_refuse_while_a_detached_descendant_outli
         message.contains(&escaped.to_string()) && message.contains("kill -KILL"),
         "the refusal names the pid and how to stop it: {message}"
     );
-    let status = env.rho(&["workflow", "status", &id, "--output", "json"]);
-    let doc: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap();
-    assert_eq!(doc["lifecycle"], "needs_recovery", "{doc}");
-
-    let out = env.rho(&["workflow", "delete", &id, "--yes"]);
-    assert_eq!(code(&out), 7, "{}", text(&out));
-    assert!(text(&out).contains(&escaped.to_string()), "{}", text(&out));
-    assert!(env.run_dir(&id).exists(), "the run is still there");
-
-    sigkill(escaped);
-    wait_for("the sleeper to be gone", || !running(escaped));
-    let out = env.rho(&["workflow", "resume", &id, "--yes", "--recover-uncertain"]);
-    assert_eq!(code(&out), 0, "{}", text(&out));
-    let state = run_support::assert_snapshot_matches_journal(&env.run_dir(&id)).0;
-    assert_eq!(state.lifecycle, Lifecycle::Completed);
-    assert_eq!(state.root().node_state("d"), Some(NodeState::Success));
-    assert_eq!(state.root().tasks["d"].attempts.len(), 2);
+    refused_until_killed_then_recovered(&env, &id, escaped);
 }
 
 #[test]

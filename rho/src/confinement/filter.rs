@@ -558,6 +558,35 @@ mod tests {
         );
     }
 
+    /// One plan of each kind and all refusals together.
+    const PLANS: [FilterPlan; 4] = [
+        FilterPlan {
+            deny_metadata: true,
+            ..NONE
+        },
+        FilterPlan {
+            deny_sockets: true,
+            tcp_by_landlock: true,
+            ..NONE
+        },
+        FilterPlan {
+            deny_sockets: true,
+            ..NONE
+        },
+        FilterPlan {
+            deny_metadata: true,
+            deny_sockets: true,
+            tcp_by_landlock: true,
+        },
+    ];
+
+    /// A plan refusing nothing (`Default` is not `const`).
+    const NONE: FilterPlan = FilterPlan {
+        deny_metadata: false,
+        deny_sockets: false,
+        tcp_by_landlock: false,
+    };
+
     /// seccompiler's program of every rule, without the dispatch.
     fn linear(plan: FilterPlan) -> BpfProgram {
         linear_program(rule_map(&plan).unwrap()).unwrap()
@@ -565,26 +594,7 @@ mod tests {
 
     #[test]
     fn the_dispatch_gives_every_call_the_verdict_of_the_linear_chain() {
-        let plans = [
-            FilterPlan {
-                deny_metadata: true,
-                ..FilterPlan::default()
-            },
-            FilterPlan {
-                deny_sockets: true,
-                tcp_by_landlock: true,
-                ..FilterPlan::default()
-            },
-            FilterPlan {
-                deny_sockets: true,
-                ..FilterPlan::default()
-            },
-            FilterPlan {
-                deny_metadata: true,
-                deny_sockets: true,
-                tcp_by_landlock: true,
-            },
-        ];
+        let plans = PLANS;
         let mut args: Vec<[u64; 6]> = vec![[0; 6], [3, 0o777, 0, 0, 0, 0]];
         for cmd in INODE_FLAG_IOCTLS {
             args.push([3, cmd, 0, 0, 0, 0]);
@@ -634,22 +644,8 @@ mod tests {
     fn every_x32_call_number_is_refused_whatever_the_plan() {
         // seccompiler's rules name native numbers: `chmod` by its x32 number would pass them
         // on a kernel with x32 enabled. Every plan refuses the whole x32 range instead.
-        let plans = [
-            FilterPlan {
-                deny_metadata: true,
-                ..FilterPlan::default()
-            },
-            FilterPlan {
-                deny_sockets: true,
-                tcp_by_landlock: true,
-                ..FilterPlan::default()
-            },
-            FilterPlan {
-                deny_sockets: true,
-                ..FilterPlan::default()
-            },
-        ];
-        for plan in &plans {
+        let plans = &PLANS[..3];
+        for plan in plans {
             let p = compile(plan).unwrap();
             for nr in [
                 libc::SYS_chmod,
