@@ -159,24 +159,58 @@ pub fn read_tail(
     window: u64,
     from: impl Fn(&Event) -> bool,
 ) -> Result<Option<JournalTail>, JournalError> {
-    use std::io::Seek as _;
-    let mut file = open_read(path)?;
+    let file = open_read(path)?;
     let len = file
         .metadata()
         .map_err(|source| io_err(path, "inspect", source))?
         .len();
-    let start = len.saturating_sub(window);
-    file.seek(std::io::SeekFrom::Start(start))
-        .map_err(|source| io_err(path, "seek", source))?;
-    let mut bytes = Vec::new();
-    file.read_to_end(&mut bytes)
-        .map_err(|source| io_err(path, "read", source))?;
-    let mut first = 0;
-    if start > 0 {
-        match bytes.iter().position(|b| *b == b'\n') {
-            Some(newline) => first = newline + 1,
-            None => return Ok(None),
+    // The record sought is usually the last one (a finished run ends with it): a small
+    // window first, the whole one only when that does not hold it. Both find the same
+    // record, since lines are read from the end back to the first accepted one.
+    let mut size = FIRST_TAIL_WINDOW.min(window);
+    loop {
+        let start = len.saturating_sub(size);
+        let bytes = read_range(&file, path, start, len)?;
+        if let Some(tail) = tail_of(&bytes, start > 0, &from) {
+            return Ok(Some(tail));
         }
+        if start == 0 || size >= window {
+            return Ok(None);
+        }
+        size = window;
+    }
+}
+
+/// The window [`read_tail`] tries before its whole one.
+const FIRST_TAIL_WINDOW: u64 = 16 * 1024;
+
+/// Bytes `start..end` of `file` (fewer if it is shorter; a journal only grows).
+fn read_range(file: &File, path: &Path, start: u64, end: u64) -> Result<Vec<u8>, JournalError> {
+    use std::os::unix::fs::FileExt as _;
+    let mut bytes = vec![0; usize::try_from(end - start).unwrap_or(0)];
+    let mut filled = 0;
+    while filled < bytes.len() {
+        match file.read_at(&mut bytes[filled..], start + filled as u64) {
+            Ok(0) => break,
+            Ok(n) => filled += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(source) => return Err(io_err(path, "read", source)),
+        }
+    }
+    bytes.truncate(filled);
+    Ok(bytes)
+}
+
+/// The records of `bytes` (the end of a journal; `partial_first` when its first line may
+/// have started before it) from the last one `from` accepts to the last complete line.
+fn tail_of(
+    bytes: &[u8],
+    partial_first: bool,
+    from: impl Fn(&Event) -> bool,
+) -> Option<JournalTail> {
+    let mut first = 0;
+    if partial_first {
+        first = bytes.iter().position(|b| *b == b'\n')? + 1;
     }
     // Everything after the last newline is a torn (or unfinished) final write.
     let end = bytes
@@ -193,21 +227,19 @@ pub fn read_tail(
             .iter()
             .rposition(|b| *b == b'\n')
             .map_or(first, |p| first + p + 1);
-        let Ok(event) = decode_line(&bytes[line_start..body_end]) else {
-            return Ok(None);
-        };
+        let event = decode_line(&bytes[line_start..body_end]).ok()?;
         if events.last().is_some_and(|next| event.seq + 1 != next.seq) {
-            return Ok(None);
+            return None;
         }
         let accepted = from(&event);
         events.push(event);
         if accepted {
             events.reverse();
-            return Ok(Some(JournalTail { events, torn_bytes }));
+            return Some(JournalTail { events, torn_bytes });
         }
         line_end = line_start;
     }
-    Ok(None)
+    None
 }
 
 fn parse(path: &Path, bytes: &[u8], after_seq: u64) -> Result<JournalContents, JournalError> {
@@ -688,6 +720,34 @@ mod tests {
             vec![21],
             "damage before the accepted record is not read"
         );
+    }
+
+    #[test]
+    fn a_record_before_the_first_window_is_found_in_the_whole_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("events.jsonl");
+        let mut j = Journal::create(&path).unwrap();
+        j.append(created()).unwrap();
+        for _ in 0..1000 {
+            j.append(EventKind::LifecycleChanged {
+                lifecycle: Lifecycle::Running,
+            })
+            .unwrap();
+        }
+        j.sync().unwrap();
+        drop(j);
+        let len = std::fs::metadata(&path).unwrap().len();
+        assert!(len > 4 * FIRST_TAIL_WINDOW, "{len} bytes");
+        // Record 2 is far before the first window, inside the whole one.
+        let tail = read_tail(&path, len, |e| e.seq == 2).unwrap().unwrap();
+        assert_eq!(tail.events.len(), 1000);
+        assert_eq!(tail.events.first().map(|e| e.seq), Some(2));
+        assert_eq!(tail.events.last().map(|e| e.seq), Some(1001));
+        // Outside the whole window: none, as before.
+        assert!(read_tail(&path, len / 2, |e| e.seq == 2).unwrap().is_none());
+        // The last record is found whatever the window.
+        let last = read_tail(&path, len, |e| e.seq == 1001).unwrap().unwrap();
+        assert_eq!(last.events.len(), 1);
     }
 
     #[test]

@@ -42,27 +42,37 @@ impl Inspection {
 
 /// Reads a run for `status`: never takes `mutation.lock`, never writes.
 pub fn inspect(home: &RhoHome, run_id: &str) -> Result<(RunDir, Inspection), RunError> {
+    let (run, manifest) = open(home, run_id)?;
+    let inspection = inspect_opened(&run, manifest)?;
+    Ok((run, inspection))
+}
+
+/// Opens run `run_id` and reads its manifest: the first half of [`inspect`], for a caller
+/// with work of its own to start (`status --output json` decodes `graph.json` meanwhile).
+pub fn open(home: &RhoHome, run_id: &str) -> Result<(RunDir, StoredManifest), RunError> {
     let run = runs::open(home, run_id)?;
     let manifest = run.manifest()?;
+    Ok((run, manifest))
+}
+
+/// The second half of [`inspect`]: the state of a run opened by [`open`].
+pub fn inspect_opened(run: &RunDir, manifest: StoredManifest) -> Result<Inspection, RunError> {
     if let StoredManifest::Legacy(_) = manifest {
         let legacy_state = run
             .dir()
             .read_private(runs::STATE_FILE, 512 * 1024 * 1024)
             .ok()
             .and_then(|b| serde_json::from_slice(&b).ok());
-        return Ok((
-            run,
-            Inspection {
-                manifest,
-                state: None,
-                legacy_state,
-                owner_dead: false,
-                uncertain: vec![],
-                torn_bytes: 0,
-            },
-        ));
+        return Ok(Inspection {
+            manifest,
+            state: None,
+            legacy_state,
+            owner_dead: false,
+            uncertain: vec![],
+            torn_bytes: 0,
+        });
     }
-    let (state, torn_bytes) = checked_state(&run)?;
+    let (state, torn_bytes) = checked_state(run)?;
     let owner_dead = state
         .owner
         .as_ref()
@@ -80,17 +90,14 @@ pub fn inspect(home: &RhoHome, run_id: &str) -> Result<(RunDir, Inspection), Run
                 .map(|(n, a)| describe_attempt(n, a)),
         );
     }
-    Ok((
-        run,
-        Inspection {
-            manifest,
-            state: Some(state),
-            legacy_state: None,
-            owner_dead,
-            uncertain,
-            torn_bytes,
-        },
-    ))
+    Ok(Inspection {
+        manifest,
+        state: Some(state),
+        legacy_state: None,
+        owner_dead,
+        uncertain,
+        torn_bytes,
+    })
 }
 
 /// How far from the journal's end [`vouched_snapshot`] looks for the record that vouches
@@ -119,13 +126,15 @@ fn vouched_snapshot(run: &RunDir) -> Result<Option<(State, u64)>, RunError> {
     let Some(bytes) = run.read_state_bytes()? else {
         return Ok(None);
     };
-    let digest = rho_ipc::digest::sha256_tagged(&bytes);
+    // The snapshot is decoded while its digest is computed; the decoded state is used only
+    // once the journal vouches for that digest.
+    let (digest, decoded) = digest_while(&bytes, || serde_json::from_slice::<State>(&bytes));
     let vouches =
         |e: &Event| matches!(&e.kind, EventKind::SnapshotWritten { sha256 } if *sha256 == digest);
     let Some(tail) = journal::read_tail(&run.events_path(), TAIL_WINDOW, vouches)? else {
         return Ok(None);
     };
-    let Ok(mut state) = serde_json::from_slice::<State>(&bytes) else {
+    let Ok(mut state) = decoded else {
         return Ok(None);
     };
     let snapshot = state.last_event_sequence;
@@ -141,6 +150,34 @@ fn vouched_snapshot(run: &RunDir) -> Result<Option<(State, u64)>, RunError> {
         "state read from the snapshot the journal vouches for"
     );
     Ok(Some((state, tail.torn_bytes)))
+}
+
+/// Snapshots from this size up are hashed on a second thread (below it, starting one costs
+/// more than hashing).
+const PARALLEL_DIGEST_BYTES: usize = 64 * 1024;
+
+/// `sha256:<hex>` of `bytes`, computed on a second thread while `work` runs on this one
+/// (inline, one after the other, for small inputs or when no thread can be started).
+fn digest_while<T>(bytes: &[u8], work: impl FnOnce() -> T) -> (String, T) {
+    if bytes.len() < PARALLEL_DIGEST_BYTES {
+        return (rho_ipc::digest::sha256_tagged(bytes), work());
+    }
+    std::thread::scope(|scope| {
+        let hashing = std::thread::Builder::new()
+            .name("rho-digest".into())
+            .spawn_scoped(scope, || rho_ipc::digest::sha256_tagged(bytes));
+        let done = work();
+        let digest = match hashing {
+            Ok(handle) => handle
+                .join()
+                .unwrap_or_else(|_| rho_ipc::digest::sha256_tagged(bytes)),
+            Err(e) => {
+                tracing::debug!("cannot start a thread to hash state.json ({e}); hashing inline");
+                rho_ipc::digest::sha256_tagged(bytes)
+            }
+        };
+        (digest, done)
+    })
 }
 
 /// The journal replayed from its first record, the snapshot checked on the way.

@@ -40,7 +40,10 @@ use crate::workflow::store::plans::WorkspaceIdentity;
 use crate::workflow::store::runs::{self, Confirmation, RunDir};
 
 pub use cancel::{CancelAnswer, request_cancel};
-pub use inspect::{Inspection, attempt_phases, inspect, live_processes, survivors};
+pub use inspect::{
+    Inspection, attempt_phases, inspect, inspect_opened, live_processes, open as open_inspected,
+    survivors,
+};
 pub use resume::{ResumeOptions, resume};
 pub use start::start;
 
