@@ -248,6 +248,88 @@ fn scratch_directory_is_private_per_attempt_and_removed_afterwards() {
 }
 
 #[test]
+fn a_scratch_directory_serves_a_later_node_only_when_left_empty_and_stays_confined() {
+    if !kernel_ready(
+        "a_scratch_directory_serves_a_later_node_only_when_left_empty_and_stays_confined",
+    ) {
+        return;
+    }
+    let env = Env::new();
+    let outside = format!("rho-outside-{}", std::process::id());
+    // Each node reports its TMPDIR, whether it found it empty, and whether the kernel
+    // refused a write in the checkout and one beside its scratch directory; `a` leaves a
+    // file behind, `b` and `c` leave nothing.
+    let script = |leave: bool| {
+        sh(&format!(
+            "e=true; [ -z \"$(ls -A \"$TMPDIR\")\" ] || e=false; r=true; \
+             if (echo x > ./written) 2>/dev/null; then r=false; fi; \
+             if (echo x > \"$(dirname \"$TMPDIR\")/{outside}\") 2>/dev/null; then r=false; fi; \
+             echo mine > \"$TMPDIR/own\"; [ \"$(cat \"$TMPDIR/own\")\" = mine ] || exit 4; \
+             {}printf '{{\"dir\": \"%s\", \"empty\": %s, \"refused\": %s}}' \"$TMPDIR\" $e $r",
+            if leave { "" } else { "rm \"$TMPDIR/own\"; " }
+        ))
+    };
+    let schema = ", access = \"read_only\", output = schema.stdout_json(schema.record({\"dir\": schema.string(), \"empty\": schema.bool(), \"refused\": schema.bool()}))";
+    let nodes = vec![
+        node("a", schema, &script(true)),
+        node("b", &format!("{schema}, needs = [\"a\"]"), &script(false)),
+        node("c", &format!("{schema}, needs = [\"b\"]"), &script(false)),
+    ];
+    let exports: Vec<String> = ["a", "b", "c"]
+        .iter()
+        .flat_map(|n| {
+            ["dir", "empty", "refused"]
+                .iter()
+                .map(move |f| format!("\"{n}_{f}\": output(\"{n}\", [\"{f}\"])"))
+        })
+        .collect();
+    env.write("wf.star", &workflow(&nodes, &exports.join(", "), ""));
+    let before = tree_digest(&env.ws);
+    let out = env.rho(&["workflow", "run", "wf.star", "--yes"]);
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    let (state, _) = assert_snapshot_matches_journal(&env.run_dir(&run_id(&out)));
+    let exports = &state.root().result.as_ref().unwrap().exports;
+    let dir = |n: &str| match &exports[&format!("{n}_dir")].value {
+        Data::String(d) => PathBuf::from(d),
+        other => panic!("{n}: {other:?}"),
+    };
+    for n in ["a", "b", "c"] {
+        assert_eq!(
+            exports[&format!("{n}_empty")].value,
+            Data::Bool(true),
+            "{n} found its scratch directory empty"
+        );
+        assert_eq!(
+            exports[&format!("{n}_refused")].value,
+            Data::Bool(true),
+            "{n}: writes outside its scratch directory were refused"
+        );
+    }
+    assert_ne!(
+        dir("a"),
+        dir("b"),
+        "a directory left with content is not handed on"
+    );
+    assert_eq!(
+        dir("b"),
+        dir("c"),
+        "an empty one serves the next node, whose prepared ruleset still confines it"
+    );
+    for n in ["a", "b", "c"] {
+        assert!(
+            !dir(n).exists(),
+            "{n}'s scratch directory is gone after the run"
+        );
+    }
+    assert!(!dir("a").with_file_name(&outside).exists());
+    assert_eq!(
+        tree_digest(&env.ws),
+        before,
+        "nothing changed in the checkout"
+    );
+}
+
+#[test]
 fn concurrent_read_only_nodes_cannot_write_each_others_scratch_or_anything_else() {
     if !kernel_ready("concurrent_read_only_nodes_cannot_write_each_others_scratch_or_anything_else")
     {

@@ -31,6 +31,7 @@
 
 #[cfg(target_os = "linux")]
 pub mod filter;
+mod pool;
 #[cfg(target_os = "linux")]
 mod sys;
 
@@ -41,6 +42,7 @@ use std::sync::Arc;
 
 use rho_ipc::program::{Access, Network, Node, NodeKind};
 
+pub use pool::{NodeConfinements, ScratchLease};
 #[cfg(target_os = "linux")]
 pub use sys::ChildFailure;
 
@@ -460,15 +462,22 @@ fn provides(kernel: Option<u32>) -> String {
     }
 }
 
+/// A compiled seccomp program, shared by every confinement of a run that needs the same
+/// [`FilterPlan`] (it depends on nothing else).
+#[cfg(target_os = "linux")]
+type SharedFilter = Arc<seccompiler::BpfProgram>;
+
 /// A prepared confinement: a Landlock ruleset descriptor (close-on-exec) and a compiled
-/// filter. Share it with `Arc`; applying it never changes it.
+/// filter. Share it with `Arc`; applying it never changes it, so one prepared confinement
+/// may restrict any number of children (each `landlock_restrict_self` with the same ruleset
+/// descriptor gives that child its own domain built from the same rules).
 #[derive(Debug)]
 pub struct Confinement {
     plan: ConfinementPlan,
     #[cfg(target_os = "linux")]
     ruleset: Option<OwnedFd>,
     #[cfg(target_os = "linux")]
-    filter: Option<seccompiler::BpfProgram>,
+    filter: Option<SharedFilter>,
 }
 
 impl Confinement {
@@ -476,15 +485,30 @@ impl Confinement {
     /// and compiles the filter. Nothing is restricted yet.
     #[cfg(target_os = "linux")]
     pub fn prepare(plan: &ConfinementPlan, scratch: &Path) -> Result<Self, ConfinementError> {
+        let filter = Self::compile_filter(plan.filter)?;
+        Self::prepare_with(plan, scratch, filter)
+    }
+
+    /// The program [`Confinement::prepare`] would compile for `filter` (`None`: no filter).
+    #[cfg(target_os = "linux")]
+    fn compile_filter(filter: FilterPlan) -> Result<Option<SharedFilter>, ConfinementError> {
+        if filter.is_empty() {
+            return Ok(None);
+        }
+        filter::compile(&filter).map(|program| Some(Arc::new(program)))
+    }
+
+    /// [`Confinement::prepare`] with a program compiled earlier for the same plan.
+    #[cfg(target_os = "linux")]
+    fn prepare_with(
+        plan: &ConfinementPlan,
+        scratch: &Path,
+        filter: Option<SharedFilter>,
+    ) -> Result<Self, ConfinementError> {
         let ruleset = if plan.needs_ruleset() {
             Some(sys::build_ruleset(plan, scratch)?)
         } else {
             None
-        };
-        let filter = if plan.filter.is_empty() {
-            None
-        } else {
-            Some(filter::compile(&plan.filter)?)
         };
         Ok(Self {
             plan: plan.clone(),
@@ -526,7 +550,10 @@ impl Confinement {
     /// `exec`, never in the owner.
     pub fn apply_in_child(&self) -> Result<(), ChildFailure> {
         #[cfg(target_os = "linux")]
-        return sys::apply(self.ruleset.as_ref(), self.filter.as_deref());
+        return sys::apply(
+            self.ruleset.as_ref(),
+            self.filter.as_deref().map(Vec::as_slice),
+        );
         #[cfg(not(target_os = "linux"))]
         Err(ChildFailure {
             step: "confinement",

@@ -9,7 +9,7 @@
 
 use std::ffi::CString;
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt as _;
 use std::path::Path;
 use std::sync::Arc;
@@ -226,5 +226,56 @@ pub fn install(confinement: Arc<Confinement>, command: &mut std::process::Comman
                 .apply_in_child()
                 .map_err(|failure| io::Error::from_raw_os_error(failure.errno))
         });
+    }
+}
+
+/// Whether the directory open as `dir` holds nothing but `.` and `..`, read from its start
+/// (`lseek` back to 0, then `getdents64`): the inode itself is read, whatever its path now
+/// names.
+pub fn directory_is_empty(dir: BorrowedFd<'_>) -> io::Result<bool> {
+    /// `struct linux_dirent64`: `d_ino` (8), `d_off` (8), `d_reclen` (2), `d_type` (1),
+    /// then the NUL-terminated name.
+    const RECLEN_AT: usize = 16;
+    const NAME_AT: usize = 19;
+    // SAFETY: lseek on an open descriptor; no memory is passed.
+    if unsafe { libc::lseek(dir.as_raw_fd(), 0, libc::SEEK_SET) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let mut buf = [0_u8; 1024];
+    loop {
+        // SAFETY: `buf` is writable for the length passed; the kernel writes at most that.
+        let n = unsafe {
+            libc::syscall(
+                libc::SYS_getdents64,
+                dir.as_raw_fd(),
+                buf.as_mut_ptr(),
+                buf.len(),
+            )
+        };
+        if n < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let filled = usize::try_from(n).unwrap_or(0).min(buf.len());
+        if filled == 0 {
+            return Ok(true);
+        }
+        let mut at = 0;
+        while at + NAME_AT < filled {
+            let reclen = usize::from(u16::from_ne_bytes([
+                buf[at + RECLEN_AT],
+                buf[at + RECLEN_AT + 1],
+            ]));
+            let end = (at + reclen).min(filled);
+            if reclen <= NAME_AT || end <= at + NAME_AT {
+                // A record the kernel cannot have written: do not trust the directory.
+                return Err(io::Error::from_raw_os_error(libc::EIO));
+            }
+            let raw = &buf[at + NAME_AT..end];
+            let name = raw.split(|&b| b == 0).next().unwrap_or(raw);
+            if name != b"." && name != b".." {
+                return Ok(false);
+            }
+            at += reclen;
+        }
     }
 }

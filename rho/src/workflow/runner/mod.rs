@@ -254,6 +254,7 @@ fn shared(
         agents: Arc::clone(&ctx.agents),
         checkout: Some(Arc::new(checkout)),
         executables: exec::VerifiedExecutables::new(),
+        confinements: crate::confinement::NodeConfinements::new(std::env::temp_dir()),
     }))
 }
 

@@ -171,6 +171,14 @@ impl<'p> Owner<'p> {
 
     /// Drives the run until the root scope closes.
     pub(super) fn drive(&mut self) -> Result<Ended, RunError> {
+        let ended = self.drive_passes();
+        // The scratch directories kept for reuse go with the run, however it ended (an
+        // attempt still running removes its own when it ends).
+        self.shared.confinements.clear();
+        ended
+    }
+
+    fn drive_passes(&mut self) -> Result<Ended, RunError> {
         self.observe(HookEventName::WorkflowStarted)?;
         loop {
             while let Ok(msg) = self.rx.try_recv() {

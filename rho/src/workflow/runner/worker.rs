@@ -25,7 +25,7 @@ use rho_policy::{CommandRequest, ExecutableIdentity, HookEventName, InterpreterI
 use super::agent::{AgentExecutor, AgentRequest};
 use super::authorize::{CommandAuthorizer, CountersUpdate, HookFailure, RunObserver, Verdict};
 use super::output::parse_stdout_json;
-use crate::confinement::{Confinement, ConfinementRequest, ScratchDir};
+use crate::confinement::{Confinement, ConfinementRequest, NodeConfinements, ScratchLease};
 use crate::workflow::checkout::{CheckoutError, CheckoutLock};
 use crate::workflow::exec::{self, CancelToken, CommandExit, CommandSpec, StreamArtifact};
 use crate::workflow::identity::{display_location, workspace_path};
@@ -79,6 +79,8 @@ pub(super) struct Shared {
     pub checkout: Option<Arc<CheckoutLock>>,
     /// The run's sealed copies of its frozen executables, each verified at its first use.
     pub executables: exec::VerifiedExecutables,
+    /// Confined nodes' scratch directories and prepared confinements, reused across attempts.
+    pub confinements: NodeConfinements,
 }
 
 /// Opened by the owner once the `launch_intended` records of a scheduling pass are durable
@@ -395,8 +397,8 @@ fn run_command(
             );
         }
     };
-    // Kept until the process tree is gone, then removed with what the node left in it.
-    let (_scratch, confinement, env) = match confine(node, &shared.env) {
+    // Held until the process tree is gone; what the node left in it goes with it.
+    let (scratch, confinement, env) = match confine(shared, node) {
         Ok(confined) => confined,
         Err(reason) => return failed_unless_cancelled(cancel, reason),
     };
@@ -417,6 +419,8 @@ fn run_command(
         Ok(tree) => spec.containment = tree,
         Err(reason) => return failed_unless_cancelled(cancel, reason),
     }
+    // Only a contained tree is known to be gone when the attempt ends.
+    let contained = spec.containment.is_some();
     if !durable.wait() {
         return Finished::failed(NOT_DURABLE);
     }
@@ -433,6 +437,12 @@ fn run_command(
         process: p,
     });
     let outcome = running.wait();
+    if contained
+        && !matches!(outcome.exit, CommandExit::Abnormal(_))
+        && let Some(scratch) = scratch
+    {
+        scratch.release();
+    }
     let stdout = artifact(&node.id, attempt, "stdout", &outcome.stdout);
     let stderr = artifact(&node.id, attempt, "stderr", &outcome.stderr);
     let (state, reason, exit) = match outcome.exit {
@@ -528,8 +538,8 @@ fn contain_tree(
 }
 
 /// A node's scratch directory, confinement and environment (see [`confine`]).
-type Confined = (
-    Option<ScratchDir>,
+type Confined<'a> = (
+    Option<ScratchLease<'a>>,
     Option<Arc<Confinement>>,
     Vec<(OsString, OsString)>,
 );
@@ -537,19 +547,21 @@ type Confined = (
 /// The kernel confinement of a read-only or network-denied node, its private scratch
 /// directory, and the environment with `TMPDIR` (and `TMP`/`TEMP` where set) pointing into
 /// it. Fails closed, naming what the kernel lacks, when the confinement cannot be enforced.
-fn confine(node: &Node, env: &[(OsString, OsString)]) -> Result<Confined, String> {
-    let request = ConfinementRequest::for_node(node);
-    if request.is_empty() {
-        return Ok((None, None, env.to_vec()));
-    }
-    let scratch = ScratchDir::create_in(&std::env::temp_dir())
-        .map_err(|e| format!("cannot create the node's scratch directory: {e}"))?;
-    let confinement = Confinement::for_request(request, scratch.path())
-        .map_err(|e| format!("kernel confinement refused: {}", error_chain(&e)))?;
-    if let Some(c) = &confinement {
-        tracing::debug!(node = %node.id, enforced = %c.plan().describe(), "confined node");
-    }
-    let dir = scratch.path().as_os_str();
+fn confine<'a>(shared: &'a Shared, node: &Node) -> Result<Confined<'a>, String> {
+    let env = shared.env.as_slice();
+    let lease = match shared
+        .confinements
+        .lease(ConfinementRequest::for_node(node))
+    {
+        Ok(Some(lease)) => lease,
+        Ok(None) => return Ok((None, None, env.to_vec())),
+        Err(e) => {
+            return Err(format!("kernel confinement refused: {}", error_chain(&e)));
+        }
+    };
+    let confinement = Arc::clone(lease.confinement());
+    tracing::debug!(node = %node.id, enforced = %confinement.plan().describe(), "confined node");
+    let dir = lease.scratch().as_os_str();
     let mut env: Vec<(OsString, OsString)> = env
         .iter()
         .map(|(name, value)| {
@@ -562,7 +574,7 @@ fn confine(node: &Node, env: &[(OsString, OsString)]) -> Result<Confined, String
         .filter(|(name, _)| name != "TMPDIR")
         .collect();
     env.push(("TMPDIR".into(), dir.to_owned()));
-    Ok((Some(scratch), confinement, env))
+    Ok((Some(lease), Some(confinement), env))
 }
 
 /// Once the run is cancelling, an attempt that stops before its process ran ends in
