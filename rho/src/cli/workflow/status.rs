@@ -113,11 +113,31 @@ pub fn run_status(args: &StatusArgs) -> CliResult {
 
 /// Prints a status document (pretty, then a newline) to stdout as it is serialized, through
 /// one buffer: a 1,000-node run's document is ~5 MB, and growing a string that size (copying
-/// and faulting in each doubling) cost more than encoding it.
+/// and faulting in each doubling) cost more than encoding it. Its largest member, `run`
+/// (~40% of it), is serialized on a second thread while this one prints the members
+/// before it.
 fn write_document(document: &StatusDocument<'_>) -> Result<(), CliError> {
     use std::io::Write as _;
     let mut out = std::io::BufWriter::with_capacity(1 << 16, std::io::stdout().lock());
-    write_pretty(&mut out, document)
+    let printed = std::thread::scope(|scope| {
+        let run = std::thread::Builder::new()
+            .name("rho-status-run".into())
+            .spawn_scoped(scope, || {
+                let mut bytes = Vec::new();
+                write_pretty_at(&mut bytes, &document.run, 1).map(|()| bytes)
+            });
+        let run = move || match run {
+            Ok(handle) => handle.join().ok(),
+            Err(e) => {
+                tracing::debug!("cannot start a thread to encode the status ({e})");
+                None
+            }
+        };
+        write_members(&mut out, document, run)
+    });
+    printed
+        .and_then(|()| out.write_all(b"\n").map_err(serde_json::Error::io))
+        .and_then(|()| out.flush().map_err(serde_json::Error::io))
         .map_err(|e| {
             if e.is_io() {
                 CliError::operational(format!("cannot write to stdout: {e}"))
@@ -125,20 +145,101 @@ fn write_document(document: &StatusDocument<'_>) -> Result<(), CliError> {
                 CliError::operational(format!("cannot encode the status: {e}"))
             }
         })
-        .and_then(|()| {
-            out.write_all(b"\n")
-                .and_then(|()| out.flush())
-                .map_err(|e| CliError::operational(format!("cannot write to stdout: {e}")))
-        })
+}
+
+/// Writes `document` exactly as `write_pretty` prints it, member by member; the `run`
+/// member's bytes come from `run` when it has them (serialized elsewhere at depth 1), else
+/// it is serialized here.
+fn write_members<W: std::io::Write>(
+    out: &mut W,
+    d: &StatusDocument<'_>,
+    run: impl FnOnce() -> Option<Result<Vec<u8>, serde_json::Error>>,
+) -> Result<(), serde_json::Error> {
+    let mut object = TopObject { out, empty: true };
+    object.member("command_exits", &d.command_exits)?;
+    object.member("completions", &d.completions)?;
+    object.member("graph_digest", &d.graph_digest)?;
+    object.member("hook_failures", &d.hook_failures)?;
+    object.member("lifecycle", &d.lifecycle)?;
+    object.member("manifest", &d.manifest)?;
+    object.member("needs_recovery", &d.needs_recovery)?;
+    object.member("nodes", &d.nodes)?;
+    object.member("outcome", &d.outcome)?;
+    object.member("outputs", &d.outputs)?;
+    object.member("owner_alive", &d.owner_alive)?;
+    object.member("permission_mode", &d.permission_mode)?;
+    object.member("program", &d.program)?;
+    object.member("program_digest", &d.program_digest)?;
+    match run() {
+        Some(bytes) => object.raw("run", &bytes?)?,
+        None => object.member("run", &d.run)?,
+    }
+    object.member("state", &d.state)?;
+    object.end()
+}
+
+/// A top-level JSON object written one member at a time, as `write_pretty` prints a struct.
+struct TopObject<'w, W> {
+    out: &'w mut W,
+    empty: bool,
+}
+
+impl<W: std::io::Write> TopObject<'_, W> {
+    /// Starts member `key` (a name needing no escapes).
+    fn key(&mut self, key: &str) -> Result<(), serde_json::Error> {
+        let open: &[u8] = if self.empty { b"{\n  \"" } else { b",\n  \"" };
+        self.empty = false;
+        self.out
+            .write_all(open)
+            .and_then(|()| self.out.write_all(key.as_bytes()))
+            .and_then(|()| self.out.write_all(b"\": "))
+            .map_err(serde_json::Error::io)
+    }
+
+    fn member<T: Serialize + ?Sized>(
+        &mut self,
+        key: &str,
+        value: &T,
+    ) -> Result<(), serde_json::Error> {
+        self.key(key)?;
+        write_pretty_at(&mut *self.out, value, 1)
+    }
+
+    /// A member whose value is already serialized at depth 1.
+    fn raw(&mut self, key: &str, value: &[u8]) -> Result<(), serde_json::Error> {
+        self.key(key)?;
+        self.out.write_all(value).map_err(serde_json::Error::io)
+    }
+
+    fn end(self) -> Result<(), serde_json::Error> {
+        let close: &[u8] = if self.empty { b"{}" } else { b"\n}" };
+        self.out.write_all(close).map_err(serde_json::Error::io)
+    }
 }
 
 /// Writes `value` exactly as `serde_json::to_writer_pretty` does (two-space indent), with
 /// each line break and its indentation written at once rather than one write per level.
+#[cfg(test)]
 fn write_pretty<W: std::io::Write, T: Serialize + ?Sized>(
     writer: W,
     value: &T,
 ) -> Result<(), serde_json::Error> {
-    let mut serializer = serde_json::Serializer::with_formatter(writer, LineFormatter::default());
+    write_pretty_at(writer, value, 0)
+}
+
+/// Writes `value` as `serde_json::to_writer_pretty` prints it `depth` levels deep (as the
+/// value of a top-level member at depth 1), each line break and its indentation written at
+/// once rather than one write per level.
+fn write_pretty_at<W: std::io::Write, T: Serialize + ?Sized>(
+    writer: W,
+    value: &T,
+    depth: usize,
+) -> Result<(), serde_json::Error> {
+    let formatter = LineFormatter {
+        depth,
+        has_value: false,
+    };
+    let mut serializer = serde_json::Serializer::with_formatter(writer, formatter);
     value.serialize(&mut serializer)
 }
 
@@ -146,7 +247,6 @@ fn write_pretty<W: std::io::Write, T: Serialize + ?Sized>(
 const BREAK: &[u8; 127] = b"\n                                                                                                                              ";
 
 /// `serde_json::ser::PrettyFormatter` with a two-space indent, byte for byte.
-#[derive(Default)]
 struct LineFormatter {
     depth: usize,
     has_value: bool,
@@ -591,6 +691,63 @@ mod tests {
             serde_json::Value::Null
         );
         assert!(program_of(b"{not json").is_err());
+    }
+
+    #[test]
+    fn the_document_prints_member_by_member_as_serde_json_pretty() {
+        use crate::workflow::state::{NodeState, ScopeState};
+        let program = GraphProgram::Typed(Box::new(sample()));
+        let manifest: RunManifest = serde_json::from_value(json!({
+            "format": 2,
+            "run_id": "r1",
+            "plan_id": "p1",
+            "name": "two \"nodes\"",
+            "created_at": "2026-12-01T03:00:00.000Z",
+            "graph_digest": "sha256:g",
+            "program_digest": "sha256:p",
+            "node_count": 2,
+            "workspace": {"path": "/w", "device": 1, "inode": 2},
+            "confirmation": {"method": "--yes", "at": "2026-12-01T03:00:00.000Z", "digest": "sha256:p"},
+        }))
+        .unwrap();
+        let mut scope = ScopeState::default();
+        scope.tasks.insert(
+            "a".into(),
+            Task {
+                state: NodeState::Success,
+                reason: Some("fine\n".into()),
+                attempts: vec![],
+            },
+        );
+        scope.command_exits.insert("a".into(), 0);
+        let mut state = State::empty();
+        state.scopes.insert("s0".into(), scope);
+        let with_state = Inspection {
+            manifest: StoredManifest::Current(manifest.clone()),
+            state: Some(state),
+            legacy_state: None,
+            owner_dead: false,
+            uncertain: vec!["node `b` attempt 1".into()],
+            torn_bytes: 0,
+        };
+        let bare = Inspection {
+            state: None,
+            uncertain: vec![],
+            ..with_state.clone()
+        };
+        for inspection in [&with_state, &bare] {
+            let document = status_document(inspection, &manifest, &program);
+            let expected = serde_json::to_string_pretty(&document).unwrap();
+            let mut here = Vec::new();
+            write_members(&mut here, &document, || None).unwrap();
+            assert_eq!(String::from_utf8(here).unwrap(), expected);
+            // `run` serialized elsewhere, as the second thread does.
+            let mut run = Vec::new();
+            write_pretty_at(&mut run, &document.run, 1).unwrap();
+            let mut there = Vec::new();
+            write_members(&mut there, &document, || Some(Ok(run))).unwrap();
+            assert_eq!(String::from_utf8(there).unwrap(), expected);
+        }
     }
 
     fn pretty_via_lines(value: &serde_json::Value) -> String {

@@ -6,19 +6,24 @@
 //!
 //! Invariant: every struct here prints exactly what its generic counterpart in the parent
 //! module prints. The generic maps sort their keys, so every struct's fields are declared in
-//! byte order of their names and every keyed collection is a `BTreeMap`; small members that
-//! are rare or already generic (conditions, templates, schemas, agent set-ups, data values)
-//! reuse the generic builders. `tests::*_prints_as_the_generic_shape` hold the two equal.
+//! byte order of their names and every keyed collection is printed in byte order of its keys
+//! (the state's maps are already in that order and are printed as they are iterated, the
+//! program's nodes are sorted once); small members that are rare or already generic
+//! (conditions, templates, schemas, agent set-ups, data values) reuse the generic builders.
+//! `tests::*_prints_as_the_generic_shape` hold the two equal.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use rho_ipc::program::{
     Access, Execution, FileIdentity, FileLocation, FrozenExecutable, FrozenProgram, Node,
 };
-use serde::Serialize;
+use serde::{Serialize, Serializer};
 use serde_json::Value;
 
-use crate::workflow::state::{Artifact, Attempt, Lifecycle, NodeState, State};
+use crate::workflow::state::{
+    Artifact, Attempt, ExitRecord, Lifecycle, NodeState, ScopeState, State,
+};
 
 /// Rho's `run`: `graph` (absent for a program only readable as generic JSON), `manifest`,
 /// `state`.
@@ -52,7 +57,7 @@ pub struct FrozenWorkflow<'a> {
     inputs: BTreeMap<&'a str, Value>,
     planner: Planner<'a>,
     program_digest: &'a str,
-    resolved_nodes: BTreeMap<&'a str, Resolved<'a>>,
+    resolved_nodes: ResolvedNodes<'a>,
     runtime_limits: RuntimeLimits,
     scheduler: Scheduler,
     schema_version: u32,
@@ -62,7 +67,49 @@ pub struct FrozenWorkflow<'a> {
 #[derive(Serialize)]
 struct Graph<'a> {
     name: &'a str,
-    nodes: BTreeMap<&'a str, GraphNode<'a>>,
+    nodes: GraphNodes<'a>,
+}
+
+/// A program's nodes in byte order of their ids, as a map keyed by id holds them: of nodes
+/// sharing an id (a program never has two) the last one stays, as inserting each replaced
+/// the one before.
+fn by_id(nodes: &[Node]) -> Arc<[&Node]> {
+    let mut sorted: Vec<&Node> = nodes.iter().collect();
+    // Stable: nodes with equal ids stay in program order, so the last one is kept below.
+    sorted.sort_by(|a, b| a.id.cmp(&b.id));
+    sorted.dedup_by(|later, kept| {
+        let same = later.id == kept.id;
+        if same {
+            std::mem::swap(later, kept);
+        }
+        same
+    });
+    sorted.into()
+}
+
+/// `graph.nodes`: each node's Rho shape, built as it is printed.
+struct GraphNodes<'a>(Arc<[&'a Node]>);
+
+impl Serialize for GraphNodes<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_map(self.0.iter().map(|n| (n.id.as_str(), graph_node(n))))
+    }
+}
+
+/// `resolved_nodes`: each node's resolution, built as it is printed.
+struct ResolvedNodes<'a> {
+    program: &'a FrozenProgram,
+    nodes: Arc<[&'a Node]>,
+}
+
+impl Serialize for ResolvedNodes<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_map(
+            self.nodes
+                .iter()
+                .map(|n| (n.id.as_str(), resolved_node(self.program, n))),
+        )
+    }
 }
 
 #[derive(Serialize)]
@@ -117,15 +164,11 @@ pub fn frozen_workflow<'a>(
         .map(super::source_label)
         .unwrap_or_default();
     let b = &program.budgets;
+    let nodes = by_id(&program.root.nodes);
     FrozenWorkflow {
         graph: Graph {
             name: &program.name,
-            nodes: program
-                .root
-                .nodes
-                .iter()
-                .map(|n| (n.id.as_str(), graph_node(n)))
-                .collect(),
+            nodes: GraphNodes(Arc::clone(&nodes)),
         },
         graph_digest,
         inputs: program
@@ -141,12 +184,7 @@ pub fn frozen_workflow<'a>(
             version: &program.planner.version,
         },
         program_digest,
-        resolved_nodes: program
-            .root
-            .nodes
-            .iter()
-            .map(|n| (n.id.as_str(), resolved_node(program, n)))
-            .collect(),
+        resolved_nodes: ResolvedNodes { program, nodes },
         runtime_limits: RuntimeLimits {
             argv_expansion_bytes: b.expanded_argv_bytes,
             environment_expansion_bytes: b.rendered_template_bytes,
@@ -304,7 +342,19 @@ struct Identity<'a> {
     canonical_path: &'a str,
     content_digest: Option<&'a str>,
     kind: &'static str,
-    platform_id: Option<String>,
+    platform_id: Option<PlatformId>,
+}
+
+/// Rho's `platform_id` of a file, `<device>:<inode>`, printed without building the string.
+struct PlatformId {
+    device: u64,
+    inode: u64,
+}
+
+impl Serialize for PlatformId {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(&format_args!("{}:{}", self.device, self.inode))
+    }
 }
 
 #[derive(Serialize)]
@@ -327,7 +377,10 @@ fn file_identity(file: &FileIdentity) -> Identity<'_> {
         content_digest: Some(&file.sha256),
         kind: "file",
         platform_id: match &file.location {
-            FileLocation::Absolute { device, inode, .. } => Some(format!("{device}:{inode}")),
+            FileLocation::Absolute { device, inode, .. } => Some(PlatformId {
+                device: *device,
+                inode: *inode,
+            }),
             FileLocation::Workspace { .. } => None,
         },
     }
@@ -387,13 +440,130 @@ pub struct RunState<'a> {
 #[derive(Serialize)]
 struct RunStateBody<'a> {
     cancellation_requested: bool,
-    command_exits: BTreeMap<&'a str, Value>,
-    completions: BTreeMap<&'a str, Completion<'a>>,
+    command_exits: CommandExits<'a>,
+    completions: Completions<'a>,
     lifecycle: &'a str,
-    nodes: BTreeMap<&'a str, NodeStateDoc>,
+    nodes: NodeStates<'a>,
     outcome: Option<&'static str>,
-    outputs: BTreeMap<&'a str, Value>,
+    outputs: Outputs<'a>,
     revision: u64,
+}
+
+// The scope's maps are keyed by node id in byte order already: each member below prints
+// one entry per task as it iterates them, building nothing.
+
+/// `state.nodes`: every task's Rho node state.
+struct NodeStates<'a>(&'a ScopeState);
+
+impl Serialize for NodeStates<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_map(self.0.tasks.iter().map(|(id, task)| {
+            (
+                id,
+                node_state(task.state, task.attempts.last().map(|a| a.number)),
+            )
+        }))
+    }
+}
+
+/// `state.command_exits`: how the last attempt's process ended, else the exit code the
+/// scope recorded; tasks with neither are left out.
+struct CommandExits<'a>(&'a ScopeState);
+
+impl Serialize for CommandExits<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let root = self.0;
+        serializer.collect_map(root.tasks.iter().filter_map(|(id, task)| {
+            match task.attempts.last().and_then(|a| a.exit.as_ref()) {
+                Some(exit) => Some((id, CommandExit::of(exit))),
+                None => root.command_exits.get(id).map(|code| {
+                    (
+                        id,
+                        CommandExit::Code {
+                            code: *code,
+                            kind: "code",
+                        },
+                    )
+                }),
+            }
+        }))
+    }
+}
+
+/// `state.completions`: the terminal tasks' completions.
+struct Completions<'a>(&'a ScopeState);
+
+impl Serialize for Completions<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let root = self.0;
+        serializer.collect_map(
+            root.tasks
+                .iter()
+                .filter(|(_, task)| task.state.is_terminal())
+                .map(|(id, task)| {
+                    (
+                        id,
+                        completion(task.state, task.attempts.last(), root.outputs.get(id)),
+                    )
+                }),
+        )
+    }
+}
+
+/// `state.outputs`: the validated outputs as JSON.
+struct Outputs<'a>(&'a ScopeState);
+
+impl Serialize for Outputs<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_map(
+            self.0
+                .outputs
+                .iter()
+                .map(|(id, value)| (id, value.to_json())),
+        )
+    }
+}
+
+/// Rho's command exit (`super::command_exit`): `{"code": 0, "type": "code"}`,
+/// `{"signal": 9, "type": "signal"}`, or just the `type` (`timeout`, `cancellation`,
+/// `abnormal`).
+#[derive(Serialize)]
+#[serde(untagged)]
+enum CommandExit {
+    Code {
+        code: i64,
+        #[serde(rename = "type")]
+        kind: &'static str,
+    },
+    Signal {
+        signal: i32,
+        #[serde(rename = "type")]
+        kind: &'static str,
+    },
+    Other {
+        #[serde(rename = "type")]
+        kind: &'static str,
+    },
+}
+
+impl CommandExit {
+    fn of(exit: &ExitRecord) -> Self {
+        match exit {
+            ExitRecord::Code { code } => CommandExit::Code {
+                code: i64::from(*code),
+                kind: "code",
+            },
+            ExitRecord::Signal { signal } => CommandExit::Signal {
+                signal: *signal,
+                kind: "signal",
+            },
+            ExitRecord::Timeout { .. } => CommandExit::Other { kind: "timeout" },
+            ExitRecord::Cancelled => CommandExit::Other {
+                kind: "cancellation",
+            },
+            ExitRecord::Abnormal { .. } => CommandExit::Other { kind: "abnormal" },
+        }
+    }
 }
 
 /// Rho's node state (`super::node_state`).
@@ -433,7 +603,7 @@ struct Completion<'a> {
     artifacts: Artifacts<'a>,
     attempt: Option<u32>,
     cancellation_resume: Option<&'static str>,
-    command_exit: Option<Value>,
+    command_exit: Option<CommandExit>,
     outcome: &'static str,
     structured_output: Option<StructuredOutput<'a>>,
 }
@@ -509,9 +679,7 @@ fn completion<'a>(
         artifacts,
         attempt: attempt.map(|a| a.number),
         cancellation_resume: (state == NodeState::Cancellation).then_some("ready"),
-        command_exit: attempt
-            .and_then(|a| a.exit.as_ref())
-            .map(super::command_exit),
+        command_exit: attempt.and_then(|a| a.exit.as_ref()).map(CommandExit::of),
         outcome: state.as_str(),
         structured_output: attempt.and_then(|a| a.output.as_ref()).zip(output).map(
             |(art, value)| StructuredOutput {
@@ -525,42 +693,17 @@ fn completion<'a>(
 /// The typed form of `super::run_state`.
 pub fn run_state<'a>(state: &'a State, lifecycle: &'a str) -> RunState<'a> {
     let root = state.root();
-    let mut nodes = BTreeMap::new();
-    let mut exits = BTreeMap::new();
-    let mut completions = BTreeMap::new();
-    for (id, task) in &root.tasks {
-        let last = task.attempts.last();
-        nodes.insert(id.as_str(), node_state(task.state, last.map(|a| a.number)));
-        if let Some(exit) = last.and_then(|a| a.exit.as_ref()) {
-            exits.insert(id.as_str(), super::command_exit(exit));
-        } else if let Some(code) = root.command_exits.get(id) {
-            exits.insert(
-                id.as_str(),
-                serde_json::json!({ "type": "code", "code": code }),
-            );
-        }
-        if task.state.is_terminal() {
-            completions.insert(
-                id.as_str(),
-                completion(task.state, last, root.outputs.get(id)),
-            );
-        }
-    }
     RunState {
         last_event_sequence: state.last_event_sequence,
         schema_version: super::RUN_STATE_SCHEMA_VERSION,
         state: RunStateBody {
             cancellation_requested: state.cancel.is_some(),
-            command_exits: exits,
-            completions,
+            command_exits: CommandExits(root),
+            completions: Completions(root),
             lifecycle,
-            nodes,
+            nodes: NodeStates(root),
             outcome: root.result.as_ref().map(|r| r.outcome.as_str()),
-            outputs: root
-                .outputs
-                .iter()
-                .map(|(k, v)| (k.as_str(), v.to_json()))
-                .collect(),
+            outputs: Outputs(root),
             revision: state.revision,
         },
     }
@@ -746,6 +889,17 @@ mod tests {
             ("g_skipped", NodeState::Skipped, vec![]),
             ("h_blocked", NodeState::Blocked, vec![]),
             ("i_denied", NodeState::Denial, vec![attempt(1, None, false)]),
+            (
+                "j_abnormal",
+                NodeState::Failure,
+                vec![attempt(
+                    1,
+                    Some(ExitRecord::Abnormal {
+                        reason: "lost".into(),
+                    }),
+                    false,
+                )],
+            ),
             ("Z-upper", NodeState::Running, vec![]),
         ];
         for (id, state, attempts) in tasks {
@@ -801,6 +955,19 @@ mod tests {
             pretty(&frozen_workflow(&bare, "g", "p", None)),
             pretty(&super::super::frozen_workflow(&bare, "g", "p", None, false))
         );
+    }
+
+    #[test]
+    fn nodes_sharing_an_id_print_as_the_generic_map_keeps_them() {
+        let mut p = varied_program();
+        let mut again = command_node("a_plain", &["c_shell"]);
+        again.allow_failure = true;
+        p.root.nodes.push(again);
+        p.root.nodes.insert(0, command_node("c_shell", &[]));
+        let typed = frozen_workflow(&p, "g", "p", None);
+        let generic = super::super::frozen_workflow(&p, "g", "p", None, false);
+        assert_eq!(pretty(&typed), pretty(&generic));
+        assert_eq!(generic["graph"]["nodes"]["a_plain"]["allow_failure"], true);
     }
 
     #[test]
