@@ -173,6 +173,52 @@ fn failure_blocked_allow_failure_and_exit_codes() {
     assert_eq!(code(&out), 0, "{}", text(&out));
 }
 
+/// Every attempt's directory, with its `status.json`, is where Rho 1.47 readers look
+/// (`nodes/<NODE>/attempts/<N>/`) when `run` returns, although the owner makes node
+/// directories ahead of the launches and workers write `status.json` after reporting the
+/// attempt's end; a node that never started leaves no directory.
+#[test]
+fn attempt_directories_are_where_readers_expect_them_and_unstarted_nodes_leave_none() {
+    let env = Env::new();
+    let mut nodes = vec![
+        node("a", "", r#"["false"]"#),
+        node("b", ", needs = [\"a\"]", r#"["true"]"#),
+        node("d", "", r#"["echo", "hi"]"#),
+    ];
+    // Enough nodes that directories are made ahead of launches that never happen.
+    for i in 0..40 {
+        nodes.push(node(
+            &format!("z{i:02}"),
+            ", needs = [\"b\"]",
+            r#"["true"]"#,
+        ));
+    }
+    env.write("wf.star", &workflow(&nodes, ""));
+    let out = env.rho(&["workflow", "run", "wf.star", "--yes"]);
+    assert_eq!(code(&out), 3, "{}", text(&out));
+    let run = env.run_dir(&Env::run_id(&out));
+    for started in ["a", "d"] {
+        let attempt = run.join("nodes").join(started).join("attempts/1");
+        let status: serde_json::Value = serde_json::from_slice(
+            &std::fs::read(attempt.join("status.json"))
+                .unwrap_or_else(|e| panic!("{}: {e}", attempt.join("status.json").display())),
+        )
+        .unwrap();
+        assert_eq!(status["node"], started);
+        assert_eq!(status["attempt"], 1);
+    }
+    assert_eq!(
+        std::fs::read(run.join("nodes/d/attempts/1/stdout")).unwrap(),
+        b"hi\n"
+    );
+    let mut left: Vec<String> = std::fs::read_dir(run.join("nodes"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    left.sort();
+    assert_eq!(left, ["a", "d"], "only nodes that started have a directory");
+}
+
 #[test]
 fn stdout_json_mismatch_is_a_typed_failure() {
     let env = Env::new();

@@ -235,10 +235,20 @@ impl ProcessHookRunner {
         &self.hooks
     }
 
+    /// Whether any eligible hook is subscribed to `event`.
+    pub fn observes(&self, event: HookEventName) -> bool {
+        // Observational hooks cannot declare `tools`, so any tool name matches them.
+        self.hooks.matching(event, "").next().is_some()
+    }
+
     /// Runs every hook subscribed to `event`, in order, and returns the ones that failed.
     /// A failure never stops the others and never changes the run.
     pub fn observe(&self, event: ObservedEvent, labels: &HostLabels) -> Vec<ObserverFailure> {
         let name = event.name();
+        // Nothing to tell: no event document (and no event id drawn from the kernel).
+        if !self.observes(name) {
+            return Vec::new();
+        }
         let document =
             HookEvent::workflow(name, new_event_id(), self.workspace.clone(), labels.clone());
         let mut failures = Vec::new();

@@ -387,4 +387,8 @@ impl RunObserver for SharedHostAuthorizer {
             })
             .collect()
     }
+
+    fn observes(&self, event: HookEventName) -> bool {
+        ObservedEvent::from_name(event).is_some() && self.observers.observes(event)
+    }
 }

@@ -81,6 +81,13 @@ pub trait RunObserver: Send + Sync {
     /// Reports `event` (blocking until the observers are done) and returns their failures,
     /// which the owner journals; nothing else comes back.
     fn observe(&self, event: HookEventName, labels: &HostLabels) -> Vec<HookFailure>;
+
+    /// Whether anything observes `event`: when nothing does, the runner may skip building
+    /// the event and order its own work freely around it. The default, `true`, is always
+    /// correct.
+    fn observes(&self, _event: HookEventName) -> bool {
+        true
+    }
 }
 
 /// No observers.
@@ -90,6 +97,10 @@ pub struct NoObservers;
 impl RunObserver for NoObservers {
     fn observe(&self, _event: HookEventName, _labels: &HostLabels) -> Vec<HookFailure> {
         Vec::new()
+    }
+
+    fn observes(&self, _event: HookEventName) -> bool {
+        false
     }
 }
 

@@ -8,6 +8,7 @@
 //! requests it completed, so `acknowledged` always means the run is free to resume.
 
 pub mod agent;
+mod ahead;
 pub mod authorize;
 mod cancel;
 mod inspect;

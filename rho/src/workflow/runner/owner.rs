@@ -18,6 +18,7 @@ use rho_ipc::program::{Execution, FrozenProgram, ROOT_SCOPE_ID};
 use rho_policy::HookEventName;
 use rho_policy::hooks::HostLabels;
 
+use super::ahead::DirsAhead;
 use super::authorize::HookFailure;
 use super::pool::WorkerPool;
 use super::worker::{self, DurableGate, Finished, Shared, Work, WorkerMsg};
@@ -67,6 +68,12 @@ pub(super) struct Owner<'p> {
     counters_order: u64,
     /// The threads attempts run on.
     pool: WorkerPool,
+    /// Whether the state changed, since the last scheduling pass, in a way a pass reads
+    /// (anything but the records of the pass itself and the kinds that change no node
+    /// state: `launched`, counters, hook failures, snapshots).
+    pass_needed: bool,
+    /// Makes the directories of nodes still to run ahead of their launches.
+    ahead: Option<DirsAhead>,
 }
 
 struct Job {
@@ -104,6 +111,8 @@ impl<'p> Owner<'p> {
             scheduler,
             counters_order: 0,
             pool: WorkerPool::new(),
+            pass_needed: true,
+            ahead: None,
         }
     }
 
@@ -111,6 +120,15 @@ impl<'p> Owner<'p> {
     pub(super) fn record(&mut self, kind: EventKind) -> Result<(), RunError> {
         let event = self.journal.append(kind)?;
         apply(&mut self.state, &event)?;
+        if !matches!(
+            event.kind,
+            EventKind::Launched { .. }
+                | EventKind::EscalationCounters { .. }
+                | EventKind::HookFailed { .. }
+                | EventKind::SnapshotWritten { .. }
+        ) {
+            self.pass_needed = true;
+        }
         crate::workflow::crashpoint::reached_named("record", event.kind.name());
         self.progress.event(&event, &self.state);
         Ok(())
@@ -180,6 +198,18 @@ impl<'p> Owner<'p> {
 
     fn drive_passes(&mut self) -> Result<Ended, RunError> {
         self.observe(HookEventName::WorkflowStarted)?;
+        // The nodes still to run, in the order they are expected to launch.
+        let to_run: Vec<String> = crate::workflow::describe::node_order(&self.program)
+            .into_iter()
+            .filter(|id| {
+                self.state
+                    .root()
+                    .tasks
+                    .get(id)
+                    .is_some_and(|t| t.attempts.is_empty() && !t.state.is_terminal())
+            })
+            .collect();
+        self.ahead = Some(DirsAhead::start(Arc::clone(&self.run), to_run));
         loop {
             while let Ok(msg) = self.rx.try_recv() {
                 self.handle(msg)?;
@@ -189,7 +219,7 @@ impl<'p> Owner<'p> {
             }
             let mut starts = Vec::new();
             let mut progressed = false;
-            if self.cancelling.is_none() {
+            if self.cancelling.is_none() && self.pass_needed {
                 let pass = self.scheduler.pass(&self.program, self.state.root());
                 progressed |= !pass.decisions.is_empty();
                 for d in pass.decisions {
@@ -199,12 +229,25 @@ impl<'p> Owner<'p> {
                         reason: d.reason,
                     })?;
                 }
+                // A pass decides pending nodes until nothing changes and launches what the
+                // capacity admits, so a pass over the state its own records leave finds
+                // nothing more: the next one waits for a change from elsewhere (an attempt's
+                // end; one that ended while being prepared counts).
+                let mut unprepared = false;
                 for id in pass.launches {
                     progressed = true;
-                    if let Some(job) = self.prepare(&id)? {
-                        starts.push(job);
+                    match self.prepare(&id)? {
+                        Some(job) => starts.push(job),
+                        None => unprepared = true,
                     }
                 }
+                self.pass_needed = unprepared;
+            } else if self.cancelling.is_none() {
+                debug_assert_eq!(
+                    self.scheduler.pass(&self.program, self.state.root()),
+                    scheduler::Pass::default(),
+                    "a pass was skipped that would have decided or launched something"
+                );
             } else {
                 progressed |= self.cancel_unstarted()?;
             }
@@ -232,6 +275,10 @@ impl<'p> Owner<'p> {
             }
             if self.active.is_empty() {
                 if let Some(outcome) = scheduler::outcome(&self.program, self.state.root()) {
+                    // Workers finish their attempt's files after reporting its end: a
+                    // closed run has them all.
+                    self.pool.wait_idle();
+                    self.remove_unused_dirs();
                     let acknowledge = self.close(outcome)?;
                     return Ok(Ended {
                         outcome,
@@ -259,6 +306,25 @@ impl<'p> Owner<'p> {
                 Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => {
                     self.progress.tick(&self.state);
                 }
+            }
+        }
+    }
+
+    /// Stops making directories ahead and removes the ones made for nodes that never
+    /// started (skipped, blocked, cancelled).
+    fn remove_unused_dirs(&mut self) {
+        let Some(ahead) = self.ahead.take() else {
+            return;
+        };
+        for node in ahead.finish() {
+            let started = self
+                .state
+                .root()
+                .tasks
+                .get(&node)
+                .is_some_and(|t| !t.attempts.is_empty());
+            if !started && let Err(e) = self.run.remove_unused_node_dir(&node) {
+                tracing::warn!(node = %node, "cannot remove the unused node directory: {e}");
             }
         }
     }
@@ -381,6 +447,9 @@ impl<'p> Owner<'p> {
             attempt,
             cgroup: cgroup_path,
         })?;
+        if let Some(ahead) = &self.ahead {
+            ahead.launched();
+        }
         match rendered {
             Ok(work) => Ok(Some(Job {
                 index,

@@ -5,11 +5,12 @@
 //! Invariant: a job never waits behind another job. It goes to a thread that is idle (one
 //! that finished its job and is waiting for the next) or, when none is, to a new thread;
 //! so a long attempt (an agent, a node waiting for checkout access) delays no other, exactly
-//! as with a thread per attempt.
+//! as with a thread per attempt. [`WorkerPool::wait_idle`] returns only once every job
+//! handed to the pool has returned (a job may go on after it reported its result).
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, Sender, channel};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Condvar, Mutex, PoisonError};
 
 type Job = Box<dyn FnOnce() + Send + 'static>;
 
@@ -20,6 +21,8 @@ pub(super) struct WorkerPool {
     receiver: Arc<Mutex<Receiver<Job>>>,
     /// Threads that will take a job from the channel without it being promised to them.
     idle: Arc<AtomicUsize>,
+    /// Jobs handed over that have not returned yet.
+    running: Arc<(Mutex<usize>, Condvar)>,
     /// Threads started so far (for the tests).
     started: usize,
 }
@@ -31,13 +34,33 @@ impl WorkerPool {
             jobs,
             receiver: Arc::new(Mutex::new(receiver)),
             idle: Arc::new(AtomicUsize::new(0)),
+            running: Arc::new((Mutex::new(0), Condvar::new())),
             started: 0,
+        }
+    }
+
+    /// Blocks until every job handed to the pool so far has returned.
+    pub(super) fn wait_idle(&self) {
+        let (count, returned) = &*self.running;
+        let mut count = count.lock().unwrap_or_else(PoisonError::into_inner);
+        while *count > 0 {
+            count = returned.wait(count).unwrap_or_else(PoisonError::into_inner);
         }
     }
 
     /// Runs `job` on an idle thread, or on a new one when none is idle.
     pub(super) fn run(&mut self, job: impl FnOnce() + Send + 'static) {
-        let job: Job = Box::new(job);
+        *self
+            .running
+            .0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) += 1;
+        let running = Arc::clone(&self.running);
+        let job: Job = Box::new(move || {
+            // Counted down however the job ends (a panic included), so `wait_idle` returns.
+            let _returned = Returned(running);
+            job();
+        });
         // Claiming an idle thread first means every job sent has a thread that counted
         // itself idle and has yet to receive: the job is taken at once.
         let claimed = self
@@ -79,6 +102,18 @@ impl WorkerPool {
     }
 }
 
+/// Counts a job as returned when dropped.
+struct Returned(Arc<(Mutex<usize>, Condvar)>);
+
+impl Drop for Returned {
+    fn drop(&mut self) {
+        let (count, returned) = &*self.0;
+        let mut count = count.lock().unwrap_or_else(PoisonError::into_inner);
+        *count = count.saturating_sub(1);
+        returned.notify_all();
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::sync::mpsc::sync_channel;
@@ -103,6 +138,35 @@ mod tests {
             }
         }
         assert_eq!(pool.threads_started(), 1);
+    }
+
+    #[test]
+    fn wait_idle_returns_once_every_job_returned_not_when_it_reported() {
+        let mut pool = WorkerPool::new();
+        let (reported_tx, reported_rx) = channel();
+        let (release_tx, release_rx) = sync_channel::<()>(0);
+        let finished = Arc::new(AtomicUsize::new(0));
+        let done = Arc::clone(&finished);
+        pool.run(move || {
+            // Reports first, then goes on (like a worker writing status.json).
+            reported_tx.send(()).unwrap();
+            release_rx.recv().unwrap();
+            done.fetch_add(1, Ordering::SeqCst);
+        });
+        reported_rx.recv_timeout(Duration::from_secs(10)).unwrap();
+        let releaser = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(100));
+            release_tx.send(()).unwrap();
+        });
+        pool.wait_idle();
+        assert_eq!(
+            finished.load(Ordering::SeqCst),
+            1,
+            "wait_idle returned before the job's tail"
+        );
+        releaser.join().unwrap();
+        // Nothing running: returns at once.
+        pool.wait_idle();
     }
 
     #[test]

@@ -235,19 +235,38 @@ pub(super) fn run(
             }
         }
     };
-    let _ = write_status(node, attempt, &dir, &result);
-    observe(
-        shared,
-        HookEventName::WorkflowNodeFinished,
-        node,
-        attempt,
-        tx,
-    );
-    let _ = tx.send(WorkerMsg::Finished {
-        node: node.id.clone(),
-        attempt,
-        result: Box::new(result),
-    });
+    let status = status_json(node, attempt, &result);
+    if shared
+        .observer
+        .observes(HookEventName::WorkflowNodeFinished)
+    {
+        // A hook told of the node's end may read its status.json: written first.
+        let _ = write_status(&dir, status);
+        observe(
+            shared,
+            HookEventName::WorkflowNodeFinished,
+            node,
+            attempt,
+            tx,
+        );
+        let _ = tx.send(WorkerMsg::Finished {
+            node: node.id.clone(),
+            attempt,
+            result: Box::new(result),
+        });
+    } else {
+        // status.json is a convenience copy of what the journal records, and creating it
+        // (a new file, so an inode) is one of the costliest steps of a trivial attempt:
+        // it is written while the owner already journals this attempt's end and
+        // schedules the next one. The owner waits for every worker's job to end before it
+        // closes the run, so a finished run has all its status files.
+        let _ = tx.send(WorkerMsg::Finished {
+            node: node.id.clone(),
+            attempt,
+            result: Box::new(result),
+        });
+        let _ = write_status(&dir, status);
+    }
 }
 
 /// Runs the observers of a node event on this worker's thread (so the owner loop keeps
@@ -259,6 +278,9 @@ fn observe(
     attempt: u32,
     tx: &Sender<WorkerMsg>,
 ) {
+    if !shared.observer.observes(event) {
+        return;
+    }
     let labels = HostLabels {
         workflow_run_id: Some(shared.run.id().to_owned()),
         plan_digest: Some(shared.program_digest.clone()),
@@ -747,13 +769,7 @@ fn run_agent(
 
 /// `status.json` of the attempt: a convenience copy of what the journal records (not
 /// synced; the journal is the source of truth).
-fn write_status(
-    node: &Node,
-    attempt: u32,
-    dir: &AttemptDir,
-    result: &Finished,
-) -> Result<(), String> {
-    let dir = dir.get().map_err(|e| e.to_string())?;
+fn status_json(node: &Node, attempt: u32, result: &Finished) -> Result<Vec<u8>, String> {
     let doc = serde_json::json!({
         "node": node.id,
         "attempt": attempt,
@@ -765,7 +781,12 @@ fn write_status(
         "output": result.output_artifact,
         "denial": result.denial,
     });
-    let bytes = serde_json::to_vec_pretty(&doc).map_err(|e| e.to_string())?;
+    serde_json::to_vec_pretty(&doc).map_err(|e| e.to_string())
+}
+
+fn write_status(dir: &AttemptDir, status: Result<Vec<u8>, String>) -> Result<(), String> {
+    let bytes = status?;
+    let dir = dir.get().map_err(|e| e.to_string())?;
     dir.create_file("status.json", &bytes)
         .map(drop)
         .map_err(|e| e.to_string())

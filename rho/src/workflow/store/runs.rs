@@ -17,7 +17,8 @@ use std::path::{Path, PathBuf};
 
 use nix::errno::Errno;
 use nix::fcntl::{Flock, FlockArg, OFlag, openat};
-use nix::sys::stat::Mode;
+use nix::sys::stat::{Mode, mkdirat};
+use nix::unistd::{UnlinkatFlags, unlinkat};
 use rho_ipc::digest::{graph_digest, program_digest_of_bytes};
 use rho_ipc::program::{FrozenProgram, PROGRAM_FORMAT_VERSION};
 use rho_policy::{PermissionMode, TrustRequirement};
@@ -667,24 +668,75 @@ impl RunDir {
         }
     }
 
-    /// Opens (creating) `nodes/<node>/attempts/<attempt>/`.
-    pub fn attempt_dir(&self, node: &str, attempt: u32) -> Result<PrivateDir, StoreError> {
+    /// `nodes/`, opened (creating it) once and kept.
+    fn nodes(&self) -> Result<&PrivateDir, StoreError> {
+        if let Some(nodes) = self.nodes.get() {
+            return Ok(nodes);
+        }
+        let opened = self.dir.ensure_private_dir("nodes")?;
+        Ok(self.nodes.get_or_init(|| opened))
+    }
+
+    fn check_node_name(&self, node: &str) -> Result<(), StoreError> {
         if node.is_empty() || node.starts_with('.') || node.contains('/') {
             return Err(StoreError::Corrupt {
                 path: self.dir.entry_path("nodes"),
                 problem: format!("node id `{node}` cannot name a directory"),
             });
         }
-        let nodes = if let Some(nodes) = self.nodes.get() {
-            nodes
-        } else {
-            let opened = self.dir.ensure_private_dir("nodes")?;
-            self.nodes.get_or_init(|| opened)
+        Ok(())
+    }
+
+    /// Opens (creating) `nodes/<node>/attempts/<attempt>/`. The levels that exist already
+    /// (made ahead by [`RunDir::prepare_node_dir`], or by an earlier attempt) are only
+    /// opened and checked.
+    pub fn attempt_dir(&self, node: &str, attempt: u32) -> Result<PrivateDir, StoreError> {
+        self.check_node_name(node)?;
+        let open_or_create =
+            |parent: &PrivateDir, name: &str| match parent.open_private_dir(name)? {
+                Some(dir) => Ok(dir),
+                None => parent.ensure_private_dir(name),
+            };
+        let node_dir = open_or_create(self.nodes()?, node)?;
+        open_or_create(&node_dir, "attempts")?.ensure_private_dir(&attempt.to_string())
+    }
+
+    /// Creates `nodes/<node>/attempts/` ahead of the node's first attempt (an empty
+    /// `attempts/` says the node has none yet), so the attempt itself creates one directory
+    /// instead of three. Returns whether this call created `nodes/<node>/`.
+    pub fn prepare_node_dir(&self, node: &str) -> Result<bool, StoreError> {
+        self.check_node_name(node)?;
+        let nodes = self.nodes()?;
+        let created = match mkdirat(nodes.fd(), node, Mode::from_bits_truncate(0o700)) {
+            Ok(()) => true,
+            Err(Errno::EEXIST) => false,
+            Err(e) => return Err(StoreError::io("create", nodes.entry_path(node), e)),
         };
         nodes
-            .ensure_private_dir(node)?
-            .ensure_private_dir("attempts")?
-            .ensure_private_dir(&attempt.to_string())
+            .open_private_dir(node)?
+            .ok_or_else(|| StoreError::io("open", nodes.entry_path(node), Errno::ENOENT))?
+            .ensure_private_dir("attempts")?;
+        Ok(created)
+    }
+
+    /// Removes `nodes/<node>/` when all it holds is an empty `attempts/` (made ahead for a
+    /// node that never started). Anything else in it stays: only empty directories are
+    /// removed.
+    pub fn remove_unused_node_dir(&self, node: &str) -> Result<(), StoreError> {
+        self.check_node_name(node)?;
+        let nodes = self.nodes()?;
+        let Some(node_dir) = nodes.open_private_dir(node)? else {
+            return Ok(());
+        };
+        match unlinkat(node_dir.fd(), "attempts", UnlinkatFlags::RemoveDir) {
+            Ok(()) | Err(Errno::ENOENT) => {}
+            Err(Errno::ENOTEMPTY | Errno::EEXIST) => return Ok(()),
+            Err(e) => return Err(StoreError::io("remove", node_dir.entry_path("attempts"), e)),
+        }
+        match unlinkat(nodes.fd(), node, UnlinkatFlags::RemoveDir) {
+            Ok(()) | Err(Errno::ENOENT | Errno::ENOTEMPTY | Errno::EEXIST) => Ok(()),
+            Err(e) => Err(StoreError::io("remove", nodes.entry_path(node), e)),
+        }
     }
 
     /// Reads the file `name` of an attempt directory (at most `limit` bytes) with the
