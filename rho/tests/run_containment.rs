@@ -323,3 +323,68 @@ fn without_a_cgroup_a_detached_descendant_dies_with_its_killed_owner() {
     let out = env.rho(&["workflow", "resume", &id, "--yes", "--recover-uncertain"]);
     assert_eq!(code(&out), 0, "{}", text(&out));
 }
+
+/// A node that leaves a `setsid` child behind and exits: the child dies with the node, each
+/// attempt has a cgroup of its own, and by the time `run` returns every attempt's cgroup is
+/// removed (workers remove them after reporting the attempt's end, and the owner waits for
+/// them before it closes the run).
+#[test]
+fn a_detached_child_dies_with_its_node_and_no_attempt_cgroup_outlives_the_run() {
+    if !contained_here() {
+        return;
+    }
+    let env = Env::new();
+    let leave =
+        r#"["sh", "-c", "setsid sleep 1000 </dev/null >/dev/null 2>&1 & echo $! >> left.pid"]"#;
+    let nodes: Vec<String> = (0..3)
+        .map(|i| {
+            let needs = if i == 0 {
+                String::new()
+            } else {
+                format!(", needs = [\"n{}\"]", i - 1)
+            };
+            node(&format!("n{i}"), &needs, leave)
+        })
+        .collect();
+    env.write(
+        "wf.star",
+        &format!(
+            "def build(inputs):\n    return workflow(name = \"leave\", nodes = [{}], exports = {{}})\n\nWORKFLOW = define(inputs = {{}}, build = build)\n",
+            nodes.join(", ")
+        ),
+    );
+    let out = env.rho(&["workflow", "run", "wf.star", "--yes"]);
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    let id = env.run_ids().into_iter().next().unwrap();
+    let events = journal::read(&env.run_dir(&id).join("events.jsonl"))
+        .unwrap()
+        .events;
+    let cgroups: Vec<String> = events
+        .iter()
+        .filter_map(|e| match &e.kind {
+            EventKind::LaunchIntended { cgroup, .. } => cgroup.clone(),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(cgroups.len(), 3, "every attempt names its cgroup");
+    assert_eq!(
+        cgroups.iter().collect::<BTreeSet<_>>().len(),
+        3,
+        "no attempt shares another's cgroup: {cgroups:?}"
+    );
+    for cgroup in &cgroups {
+        assert!(
+            rho::containment::Cgroup::open(cgroup).unwrap().is_none(),
+            "the emptied cgroup {cgroup} is removed by the time run returns"
+        );
+    }
+    let left: Vec<i32> = std::fs::read_to_string(env.ws.join("left.pid"))
+        .unwrap()
+        .lines()
+        .map(|l| l.trim().parse().unwrap())
+        .collect();
+    assert_eq!(left.len(), 3);
+    for pid in left {
+        wait_for("the detached child to die with its node", || !running(pid));
+    }
+}

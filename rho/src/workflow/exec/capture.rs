@@ -405,6 +405,7 @@ pub(super) fn start(launch: Verified, spec: CommandSpec) -> Result<Supervised, E
         pgid: child.pid,
         slot: Some(child.slot),
         tree: spec.containment,
+        caller_removes_cgroup: spec.caller_removes_cgroup,
     };
     let start_time_ticks = match process_start_time(child.pid) {
         Ok((ticks, _)) => ticks,
@@ -450,6 +451,7 @@ fn stop_and_reap(
     pgid: i32,
     slot: spawner::GuardSlot,
     tree: Option<&Tree>,
+    caller_removes_cgroup: bool,
 ) -> (Option<libc::c_int>, Result<(), String>) {
     // The tree first: a tracked tree is frozen and walked before its members die (killing
     // the group first would orphan a member's unrecorded children). Before the leader is
@@ -464,6 +466,7 @@ fn stop_and_reap(
     let status = spawner::reap_blocking(pgid);
     if emptied.is_ok()
         && let Some(c) = tree
+        && !(caller_removes_cgroup && c.cgroup().is_some())
         && let Err(e) = c.remove()
     {
         tracing::warn!("{e}");
@@ -586,7 +589,12 @@ impl Supervised {
         // Anything left in the group (a background process that closed its streams) goes
         // now, before the leader's pid, and so the group id, can be reused.
         let (reaped, emptied) = match self.guard.slot.take() {
-            Some(slot) => stop_and_reap(pgid, slot, self.guard.tree.as_ref()),
+            Some(slot) => stop_and_reap(
+                pgid,
+                slot,
+                self.guard.tree.as_ref(),
+                self.guard.caller_removes_cgroup,
+            ),
             None => (None, Ok(())),
         };
         let exit = match (phase.reason(), leader, reaped) {
@@ -675,12 +683,15 @@ struct GroupGuard {
     slot: Option<spawner::GuardSlot>,
     /// The tree's containment (cgroup or tracked descendants), when it has one.
     tree: Option<Tree>,
+    /// Whether the caller removes an emptied cgroup after `wait` (see
+    /// [`CommandSpec::caller_removes_cgroup`]); a command dropped unwaited removes it here.
+    caller_removes_cgroup: bool,
 }
 
 impl Drop for GroupGuard {
     fn drop(&mut self) {
         if let Some(slot) = self.slot.take()
-            && let (_, Err(e)) = stop_and_reap(self.pgid, slot, self.tree.as_ref())
+            && let (_, Err(e)) = stop_and_reap(self.pgid, slot, self.tree.as_ref(), false)
         {
             tracing::warn!("{e}");
         }

@@ -205,6 +205,10 @@ pub struct CommandSpec {
     /// created it ends (the workflow runner's worker threads wait for their command and
     /// live until the run ends).
     pub launch_on_this_thread: bool,
+    /// Leaves the removal of an emptied cgroup to the caller (who removes it once it
+    /// reported the command's end, off the path to the next launch). The tree is still
+    /// killed and checked empty before the leader is reaped; only the `rmdir` moves.
+    pub caller_removes_cgroup: bool,
 }
 
 impl CommandSpec {
@@ -229,6 +233,7 @@ impl CommandSpec {
             confinement: None,
             containment: None,
             launch_on_this_thread: false,
+            caller_removes_cgroup: false,
         }
     }
 }

@@ -1,6 +1,6 @@
 //! Directories made ahead of the attempts that need them: a thread creates the store
-//! directories of the nodes still to run (`nodes/<NODE>/attempts/`, empty: no attempt yet)
-//! a few launches ahead of the owner, so an attempt creates one directory, its own,
+//! directories of the first attempt of the nodes still to run (`nodes/<NODE>/attempts/1/`)
+//! a few launches ahead of the owner, so such an attempt creates no directory at all
 //! instead of three. Creating a directory is among the costliest steps of a trivial
 //! attempt (an inode and a directory block on ext4), and on a run of one node after
 //! another the second core is otherwise idle.
@@ -8,8 +8,10 @@
 //! Invariant: the thread never gets more than [`AHEAD`] nodes ahead of the launches, it is
 //! stopped and joined before the owner closes the run (nothing is created in a run the
 //! owner let go of), and what it made for nodes that never started is removed at the close
-//! (an empty `attempts/` is removed only while it is empty). An attempt never depends on
-//! it: one that finds its node's directories missing creates them itself.
+//! (only while it is empty). An attempt never depends on it: one that finds its
+//! directories missing creates them itself. After a crash, an empty `attempts/1/` of a node
+//! that never started may remain: like the directory of an attempt that had not ended, it
+//! holds no `status.json`, and the journal (the source of truth) records no attempt.
 
 use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::thread::JoinHandle;

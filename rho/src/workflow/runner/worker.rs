@@ -63,6 +63,24 @@ impl<'a> AttemptDir<'a> {
     }
 }
 
+/// What an attempt leaves to do once it reported its end (off the path to the next launch).
+#[derive(Default)]
+struct Tail {
+    /// The attempt's cgroup, killed and checked empty before its leader was reaped: removed
+    /// here.
+    cgroup: Option<crate::containment::Cgroup>,
+}
+
+impl Tail {
+    fn finish(&mut self) {
+        if let Some(cgroup) = self.cgroup.take()
+            && let Err(e) = cgroup.remove()
+        {
+            tracing::warn!("{e}");
+        }
+    }
+}
+
 /// What every worker of one run shares.
 pub(super) struct Shared {
     pub run: Arc<RunDir>,
@@ -219,13 +237,21 @@ pub(super) fn run(
         tx,
     );
     let dir = AttemptDir::new(&shared.run, &node.id, attempt);
+    let mut tail = Tail::default();
     let result = match work {
         Work::Command { argv, cgroup } => {
             let command = CommandWork {
                 argv,
                 cgroup: cgroup.as_deref(),
             };
-            run_command(shared, node, attempt, &dir, command, durable, cancel, tx)
+            let parts = AttemptParts {
+                dir: &dir,
+                durable,
+                cancel,
+                tx,
+                tail: &mut tail,
+            };
+            run_command(shared, node, attempt, command, parts)
         }
         Work::Agent { prompt } => {
             if durable.wait() {
@@ -242,6 +268,7 @@ pub(super) fn run(
     {
         // A hook told of the node's end may read its status.json: written first.
         let _ = write_status(&dir, status);
+        tail.finish();
         observe(
             shared,
             HookEventName::WorkflowNodeFinished,
@@ -266,6 +293,7 @@ pub(super) fn run(
             result: Box::new(result),
         });
         let _ = write_status(&dir, status);
+        tail.finish();
     }
 }
 
@@ -298,19 +326,27 @@ fn observe(
     }
 }
 
-#[allow(
-    clippy::too_many_arguments,
-    reason = "one attempt's parts, each borrowed from a different owner"
-)]
+/// One command attempt's parts, each borrowed from a different owner.
+struct AttemptParts<'a> {
+    dir: &'a AttemptDir<'a>,
+    durable: &'a DurableGate,
+    cancel: &'a CancelToken,
+    tx: &'a Sender<WorkerMsg>,
+    tail: &'a mut Tail,
+}
+
 fn run_command(
     shared: &Shared,
     node: &Node,
     attempt: u32,
-    attempt_dir: &AttemptDir,
     CommandWork { argv, cgroup }: CommandWork<'_>,
-    durable: &DurableGate,
-    cancel: &CancelToken,
-    tx: &Sender<WorkerMsg>,
+    AttemptParts {
+        dir: attempt_dir,
+        durable,
+        cancel,
+        tx,
+        tail,
+    }: AttemptParts<'_>,
 ) -> Finished {
     let (program, cwd) = match &node.execution {
         Execution::Command { program, cwd, .. } | Execution::Shell { program, cwd, .. } => {
@@ -438,7 +474,14 @@ fn run_command(
     // worker pool), so the child's parent-death signal may be bound to it.
     spec.launch_on_this_thread = true;
     match contain_tree(shared, node, attempt, dir, cgroup) {
-        Ok(tree) => spec.containment = tree,
+        Ok(tree) => {
+            // Removed by this worker after it reported the attempt's end, whatever ends it.
+            if let Some(c) = tree.as_ref().and_then(crate::containment::Tree::cgroup) {
+                tail.cgroup = Some(c.clone());
+                spec.caller_removes_cgroup = true;
+            }
+            spec.containment = tree;
+        }
         Err(reason) => return failed_unless_cancelled(cancel, reason),
     }
     // Only a contained tree is known to be gone when the attempt ends.

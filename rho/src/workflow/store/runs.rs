@@ -698,12 +698,16 @@ impl RunDir {
                 None => parent.ensure_private_dir(name),
             };
         let node_dir = open_or_create(self.nodes()?, node)?;
-        open_or_create(&node_dir, "attempts")?.ensure_private_dir(&attempt.to_string())
+        open_or_create(
+            &open_or_create(&node_dir, "attempts")?,
+            &attempt.to_string(),
+        )
     }
 
-    /// Creates `nodes/<node>/attempts/` ahead of the node's first attempt (an empty
-    /// `attempts/` says the node has none yet), so the attempt itself creates one directory
-    /// instead of three. Returns whether this call created `nodes/<node>/`.
+    /// Creates `nodes/<node>/attempts/1/` ahead of the node's first attempt, so the attempt
+    /// finds its directory made (until it starts, an attempt directory without
+    /// `status.json` is one that has not ended, as for a running attempt). Returns whether
+    /// this call created `nodes/<node>/`; see [`RunDir::remove_unused_node_dir`].
     pub fn prepare_node_dir(&self, node: &str) -> Result<bool, StoreError> {
         self.check_node_name(node)?;
         let nodes = self.nodes()?;
@@ -715,28 +719,36 @@ impl RunDir {
         nodes
             .open_private_dir(node)?
             .ok_or_else(|| StoreError::io("open", nodes.entry_path(node), Errno::ENOENT))?
-            .ensure_private_dir("attempts")?;
+            .ensure_private_dir("attempts")?
+            .ensure_private_dir("1")?;
         Ok(created)
     }
 
-    /// Removes `nodes/<node>/` when all it holds is an empty `attempts/` (made ahead for a
-    /// node that never started). Anything else in it stays: only empty directories are
-    /// removed.
+    /// Removes `nodes/<node>/` when all it holds is an empty `attempts/` with at most an
+    /// empty `1/` (made ahead for a node that never started). Only empty directories are
+    /// removed, so anything an attempt left stays.
     pub fn remove_unused_node_dir(&self, node: &str) -> Result<(), StoreError> {
         self.check_node_name(node)?;
         let nodes = self.nodes()?;
         let Some(node_dir) = nodes.open_private_dir(node)? else {
             return Ok(());
         };
-        match unlinkat(node_dir.fd(), "attempts", UnlinkatFlags::RemoveDir) {
-            Ok(()) | Err(Errno::ENOENT) => {}
-            Err(Errno::ENOTEMPTY | Errno::EEXIST) => return Ok(()),
-            Err(e) => return Err(StoreError::io("remove", node_dir.entry_path("attempts"), e)),
+        let remove =
+            |dir: &PrivateDir, name: &str| match unlinkat(dir.fd(), name, UnlinkatFlags::RemoveDir)
+            {
+                Ok(()) | Err(Errno::ENOENT) => Ok(true),
+                Err(Errno::ENOTEMPTY | Errno::EEXIST) => Ok(false),
+                Err(e) => Err(StoreError::io("remove", dir.entry_path(name), e)),
+            };
+        if let Some(attempts) = node_dir.open_private_dir("attempts")?
+            && !remove(&attempts, "1")?
+        {
+            return Ok(());
         }
-        match unlinkat(nodes.fd(), node, UnlinkatFlags::RemoveDir) {
-            Ok(()) | Err(Errno::ENOENT | Errno::ENOTEMPTY | Errno::EEXIST) => Ok(()),
-            Err(e) => Err(StoreError::io("remove", nodes.entry_path(node), e)),
+        if remove(&node_dir, "attempts")? {
+            remove(nodes, node)?;
         }
+        Ok(())
     }
 
     /// Reads the file `name` of an attempt directory (at most `limit` bytes) with the
