@@ -440,7 +440,7 @@ fn model_facing_structured(structured: Value, summary: &str, limit: usize) -> Op
         .entry("summary")
         .or_insert_with(|| Value::from(summary));
     let whole = Value::Object(members);
-    if serde_json::to_string(&whole).map_or(usize::MAX, |text| text.len()) <= limit {
+    if encodes_within(&whole, limit) {
         return Some(whole);
     }
     let Value::Object(members) = whole else {
@@ -464,6 +464,27 @@ fn model_facing_structured(structured: Value, summary: &str, limit: usize) -> Op
     Some(Value::Object(kept))
 }
 
+/// Whether `value` encodes (compact) in at most `limit` bytes. Encoding stops at the limit:
+/// a 1,000-node run's status is many times larger than the limit, and encoding all of it
+/// only to learn that was a tenth of the call.
+fn encodes_within(value: &Value, limit: usize) -> bool {
+    /// Counts bytes and refuses any past its room.
+    struct Room(usize);
+    impl std::io::Write for Room {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0 = self
+                .0
+                .checked_sub(bytes.len())
+                .ok_or_else(|| std::io::Error::other("over the limit"))?;
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    serde_json::to_writer(Room(limit), value).is_ok()
+}
+
 #[cfg(test)]
 mod structured_tests {
     use serde_json::json;
@@ -483,6 +504,17 @@ mod structured_tests {
     fn a_tool_summary_member_is_kept() {
         let got = model_facing_structured(json!({"summary": "theirs"}), "ours", 1000);
         assert_eq!(got, Some(json!({"summary": "theirs"})));
+    }
+
+    #[test]
+    fn the_limit_is_the_encoded_length_exactly() {
+        use super::encodes_within;
+        let value = json!({"a": "b\n", "c": [1, null, {"d": true}]});
+        let len = serde_json::to_string(&value).unwrap().len();
+        assert!(encodes_within(&value, len));
+        assert!(!encodes_within(&value, len - 1));
+        assert!(!encodes_within(&value, 0));
+        assert!(encodes_within(&json!({}), 2));
     }
 
     #[test]
