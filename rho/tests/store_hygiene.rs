@@ -148,6 +148,43 @@ fn status_refuses_a_state_json_that_the_journal_does_not_back() {
     assert_eq!(code(&out), 0, "{}", text(&out));
 }
 
+/// A long-lived process (`rho mcp`) keeps the last snapshot it decoded: the same bytes are
+/// not decoded again, but a hand edit or a snapshot ahead of the journal is refused as
+/// without the cache, and the restored file reads as before.
+#[test]
+fn a_cached_snapshot_never_stands_in_for_other_bytes() {
+    use rho::workflow::runner::{SnapshotCache, inspect, inspect_cached};
+    let env = Env::new();
+    let id = finished_run(&env);
+    let home = rho::paths::RhoHome::at(env.home.clone(), None);
+    let cache = SnapshotCache::new();
+    let (_, plain) = inspect(&home, &id).unwrap();
+    for _ in 0..2 {
+        let (_, cached) = inspect_cached(&home, &id, &cache).unwrap();
+        assert_eq!(cached.state, plain.state);
+        assert_eq!(cached.uncertain, plain.uncertain);
+    }
+    let path = env.run_dir(&id).join("state.json");
+    let original = std::fs::read_to_string(&path).unwrap();
+    let mut edited: serde_json::Value = serde_json::from_str(&original).unwrap();
+    edited["scopes"]["s0"]["tasks"]["a"]["state"] = "failure".into();
+    std::fs::write(&path, serde_json::to_vec(&edited).unwrap()).unwrap();
+    let refused = inspect_cached(&home, &id, &cache).unwrap_err().to_string();
+    assert!(refused.contains("differs from a replay"), "{refused}");
+    let mut ahead: serde_json::Value = serde_json::from_str(&original).unwrap();
+    let last = ahead["last_event_sequence"].as_u64().unwrap();
+    ahead["last_event_sequence"] = (last + 5).into();
+    std::fs::write(&path, serde_json::to_vec(&ahead).unwrap()).unwrap();
+    let refused = inspect_cached(&home, &id, &cache).unwrap_err().to_string();
+    assert!(
+        refused.contains(&format!("claims journal record {}", last + 5)),
+        "{refused}"
+    );
+    std::fs::write(&path, &original).unwrap();
+    let (_, again) = inspect_cached(&home, &id, &cache).unwrap();
+    assert_eq!(again.state, plain.state);
+}
+
 /// The journal vouches for the exact bytes of the final snapshot, so `status` starts from
 /// it and reads only the journal's end; a snapshot with other bytes (even the same state,
 /// written differently) is checked against a full replay instead.

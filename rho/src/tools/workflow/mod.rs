@@ -591,12 +591,18 @@ fn check_trust(ctx: &ToolContext, required: TrustRequirement) -> Result<(), Tool
     })
 }
 
+/// The last run state this process decoded for a summary: a client asking for the same
+/// run's status again (or its completion notice, after a `status`) finds `state.json` with
+/// the same bytes and is answered without decoding it again.
+static SNAPSHOTS: runner::SnapshotCache = runner::SnapshotCache::new();
+
 /// The summary lines and structured form of a run, read from the store.
 fn summarize_run(
     home: &crate::paths::RhoHome,
     run_id: &str,
 ) -> Result<(Vec<String>, Value), ToolError> {
-    let (run, inspection) = runner::inspect(home, run_id).map_err(|e| run_failure(&e))?;
+    let (run, inspection) =
+        runner::inspect_cached(home, run_id, &SNAPSHOTS).map_err(|e| run_failure(&e))?;
     Ok(render::run_summary(run_id, run.path(), &inspection))
 }
 

@@ -263,7 +263,7 @@ pub fn run_summary(run_id: &str, run_dir: &Path, inspection: &Inspection) -> (Ve
             inspection.uncertain.join("; ")
         ));
     }
-    let structured = json!({
+    let mut structured = json!({
         "run_id": run_id,
         "plan_id": manifest.plan_id,
         "name": manifest.name,
@@ -271,11 +271,12 @@ pub fn run_summary(run_id: &str, run_dir: &Path, inspection: &Inspection) -> (Ve
         "permission_mode": manifest.policy.as_ref().map(|p| p.permission_mode),
         "lifecycle": lifecycle,
         "outcome": outcome,
-        "nodes": nodes_json,
-        "exports": exports_json,
         "needs_recovery": inspection.uncertain,
         "run_dir": run_dir,
     });
+    // Moved in: `json!` would copy each (one entry per node) through serde.
+    structured["nodes"] = Value::Object(nodes_json);
+    structured["exports"] = Value::Object(exports_json);
     (lines, structured)
 }
 

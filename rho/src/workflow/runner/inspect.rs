@@ -43,8 +43,53 @@ impl Inspection {
 /// Reads a run for `status`: never takes `mutation.lock`, never writes.
 pub fn inspect(home: &RhoHome, run_id: &str) -> Result<(RunDir, Inspection), RunError> {
     let (run, manifest) = open(home, run_id)?;
-    let inspection = inspect_opened(&run, manifest)?;
+    let inspection = inspect_with(&run, manifest, None)?;
     Ok((run, inspection))
+}
+
+/// [`inspect`] for a long-lived process that inspects runs again and again (`rho mcp`):
+/// a `state.json` whose bytes have the digest of the snapshot `cache` holds is not decoded
+/// again (it is still read, hashed and vouched for by the journal, as always).
+pub fn inspect_cached(
+    home: &RhoHome,
+    run_id: &str,
+    cache: &SnapshotCache,
+) -> Result<(RunDir, Inspection), RunError> {
+    let (run, manifest) = open(home, run_id)?;
+    let inspection = inspect_with(&run, manifest, Some(cache))?;
+    Ok((run, inspection))
+}
+
+/// The last `state.json` snapshot a process decoded, by the digest of its bytes: decoding
+/// is a function of the bytes alone, so bytes with the same digest decode to this state.
+#[derive(Debug, Default)]
+pub struct SnapshotCache(std::sync::Mutex<Option<(String, State)>>);
+
+impl SnapshotCache {
+    /// An empty cache.
+    pub const fn new() -> Self {
+        SnapshotCache(std::sync::Mutex::new(None))
+    }
+
+    fn is_empty(&self) -> bool {
+        self.0.lock().map_or(true, |last| last.is_none())
+    }
+
+    /// The state decoded from bytes with `digest`, when it is the one held.
+    fn get(&self, digest: &str) -> Option<State> {
+        let last = self.0.lock().ok()?;
+        last.as_ref()
+            .filter(|(held, _)| held == digest)
+            .map(|(_, state)| state.clone())
+    }
+
+    fn put(&self, digest: &str, state: &State) {
+        if let Ok(mut last) = self.0.lock()
+            && last.as_ref().is_none_or(|(held, _)| held != digest)
+        {
+            *last = Some((digest.to_owned(), state.clone()));
+        }
+    }
 }
 
 /// Opens run `run_id` and reads its manifest: the first half of [`inspect`], for a caller
@@ -57,6 +102,14 @@ pub fn open(home: &RhoHome, run_id: &str) -> Result<(RunDir, StoredManifest), Ru
 
 /// The second half of [`inspect`]: the state of a run opened by [`open`].
 pub fn inspect_opened(run: &RunDir, manifest: StoredManifest) -> Result<Inspection, RunError> {
+    inspect_with(run, manifest, None)
+}
+
+fn inspect_with(
+    run: &RunDir,
+    manifest: StoredManifest,
+    cache: Option<&SnapshotCache>,
+) -> Result<Inspection, RunError> {
     if let StoredManifest::Legacy(_) = manifest {
         let legacy_state = run
             .dir()
@@ -72,7 +125,7 @@ pub fn inspect_opened(run: &RunDir, manifest: StoredManifest) -> Result<Inspecti
             torn_bytes: 0,
         });
     }
-    let (state, torn_bytes) = checked_state(run)?;
+    let (state, torn_bytes) = checked_state(run, cache)?;
     let owner_dead = state
         .owner
         .as_ref()
@@ -111,8 +164,8 @@ const TAIL_WINDOW: u64 = 256 * 1024;
 /// different from its replay (a hand edit, a stale copy) is corruption, never believed.
 /// Returns the state and the bytes of a torn journal tail (its writer may still be writing
 /// it).
-fn checked_state(run: &RunDir) -> Result<(State, u64), RunError> {
-    if let Some(found) = vouched_snapshot(run)? {
+fn checked_state(run: &RunDir, cache: Option<&SnapshotCache>) -> Result<(State, u64), RunError> {
+    if let Some(found) = vouched_snapshot(run, cache)? {
         return Ok(found);
     }
     replayed_state(run)
@@ -121,14 +174,26 @@ fn checked_state(run: &RunDir) -> Result<(State, u64), RunError> {
 /// `state.json` as the journal vouches for it: its digest is the one of the last
 /// `snapshot_written` record within the journal's last [`TAIL_WINDOW`] bytes, which directly
 /// follows the snapshot's last record; that record and the ones after it (verified) are
-/// applied. `None` (read the whole journal instead) for anything else.
-fn vouched_snapshot(run: &RunDir) -> Result<Option<(State, u64)>, RunError> {
+/// applied. `None` (read the whole journal instead) for anything else. With a `cache`, a
+/// snapshot it holds is not decoded again, and one the journal vouches for is kept in it.
+fn vouched_snapshot(
+    run: &RunDir,
+    cache: Option<&SnapshotCache>,
+) -> Result<Option<(State, u64)>, RunError> {
     let Some(bytes) = run.read_state_bytes()? else {
         return Ok(None);
     };
-    // The snapshot is decoded while its digest is computed; the decoded state is used only
-    // once the journal vouches for that digest.
-    let (digest, decoded) = digest_while(&bytes, || serde_json::from_slice::<State>(&bytes));
+    let decode = || serde_json::from_slice::<State>(&bytes);
+    let (digest, decoded) = match cache {
+        Some(cache) if !cache.is_empty() => {
+            let digest = rho_ipc::digest::sha256_tagged(&bytes);
+            let decoded = cache.get(&digest).map_or_else(decode, Ok);
+            (digest, decoded)
+        }
+        // The snapshot is decoded while its digest is computed; the decoded state is used
+        // only once the journal vouches for that digest.
+        _ => digest_while(&bytes, decode),
+    };
     let vouches =
         |e: &Event| matches!(&e.kind, EventKind::SnapshotWritten { sha256 } if *sha256 == digest);
     let Some(tail) = journal::read_tail(&run.events_path(), TAIL_WINDOW, vouches)? else {
@@ -140,6 +205,9 @@ fn vouched_snapshot(run: &RunDir) -> Result<Option<(State, u64)>, RunError> {
     let snapshot = state.last_event_sequence;
     if tail.events.first().map(|e| e.seq) != Some(snapshot + 1) {
         return Ok(None);
+    }
+    if let Some(cache) = cache {
+        cache.put(&digest, &state);
     }
     for event in &tail.events {
         apply(&mut state, event)?;
@@ -232,7 +300,7 @@ pub fn live_processes(run: &RunDir) -> Result<Vec<String>, RunError> {
     if let StoredManifest::Legacy(_) = run.manifest()? {
         return Ok(Vec::new());
     }
-    let (state, _) = checked_state(run)?;
+    let (state, _) = checked_state(run, None)?;
     let open: Vec<(&str, &crate::workflow::state::Attempt)> = state
         .root()
         .tasks
@@ -310,4 +378,26 @@ pub fn attempt_phases(state: &State) -> Vec<(String, u32, AttemptPhase)> {
                 .map(move |a| (id.clone(), a.number, a.phase))
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_cache_answers_only_for_the_digest_it_holds() {
+        let cache = SnapshotCache::new();
+        assert!(cache.is_empty());
+        let mut first = State::empty();
+        first.revision = 1;
+        cache.put("sha256:aa", &first);
+        assert!(!cache.is_empty());
+        assert_eq!(cache.get("sha256:aa"), Some(first.clone()));
+        assert_eq!(cache.get("sha256:bb"), None);
+        let mut second = State::empty();
+        second.revision = 2;
+        cache.put("sha256:bb", &second);
+        assert_eq!(cache.get("sha256:aa"), None, "only the last one is kept");
+        assert_eq!(cache.get("sha256:bb"), Some(second));
+    }
 }

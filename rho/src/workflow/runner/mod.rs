@@ -42,8 +42,8 @@ use crate::workflow::store::runs::{self, Confirmation, RunDir};
 
 pub use cancel::{CancelAnswer, request_cancel};
 pub use inspect::{
-    Inspection, attempt_phases, inspect, inspect_opened, live_processes, open as open_inspected,
-    survivors,
+    Inspection, SnapshotCache, attempt_phases, inspect, inspect_cached, inspect_opened,
+    live_processes, open as open_inspected, survivors,
 };
 pub use resume::{ResumeOptions, resume};
 pub use start::start;
