@@ -257,14 +257,16 @@ fn a_scratch_directory_serves_a_later_node_only_when_left_empty_and_stays_confin
     let env = Env::new();
     let outside = format!("rho-outside-{}", std::process::id());
     // Each node reports its TMPDIR, whether it found it empty, and whether the kernel
-    // refused a write in the checkout and one beside its scratch directory; `a` leaves a
-    // file behind, `b` and `c` leave nothing.
+    // refused a write in the checkout, one beside its scratch directory and a `chmod` in it
+    // (the seccomp filter, which every node of the run gets from one launcher thread); `a`
+    // leaves a file behind, `b` and `c` leave nothing.
     let script = |leave: bool| {
         sh(&format!(
             "e=true; [ -z \"$(ls -A \"$TMPDIR\")\" ] || e=false; r=true; \
              if (echo x > ./written) 2>/dev/null; then r=false; fi; \
              if (echo x > \"$(dirname \"$TMPDIR\")/{outside}\") 2>/dev/null; then r=false; fi; \
              echo mine > \"$TMPDIR/own\"; [ \"$(cat \"$TMPDIR/own\")\" = mine ] || exit 4; \
+             if chmod 600 \"$TMPDIR/own\" 2>/dev/null; then r=false; fi; \
              {}printf '{{\"dir\": \"%s\", \"empty\": %s, \"refused\": %s}}' \"$TMPDIR\" $e $r",
             if leave { "" } else { "rm \"$TMPDIR/own\"; " }
         ))
@@ -302,7 +304,7 @@ fn a_scratch_directory_serves_a_later_node_only_when_left_empty_and_stays_confin
         assert_eq!(
             exports[&format!("{n}_refused")].value,
             Data::Bool(true),
-            "{n}: writes outside its scratch directory were refused"
+            "{n}: writes outside its scratch directory, and chmod inside, were refused"
         );
     }
     assert_ne!(

@@ -561,6 +561,33 @@ impl Confinement {
         })
     }
 
+    /// The compiled seccomp program, when this confinement has one: a launcher thread that
+    /// installed it on itself hands it to its children by inheritance (see
+    /// [`Confinement::apply_in_child_under_inherited_filter`]).
+    #[cfg(target_os = "linux")]
+    pub fn filter_program(&self) -> Option<&Arc<seccompiler::BpfProgram>> {
+        self.filter.as_ref()
+    }
+
+    /// Installs `program` on the calling thread alone, with `no_new_privs`: every process
+    /// this thread creates afterwards inherits the filter, as if each had attached it (the
+    /// kernel copies the creating thread's filter to a new process). For a thread that does
+    /// nothing but create such processes; nothing else of this process is filtered.
+    #[cfg(target_os = "linux")]
+    pub fn filter_calling_thread(program: &seccompiler::BpfProgram) -> Result<(), ChildFailure> {
+        sys::apply(None, Some(program.as_slice()))
+    }
+
+    /// [`Confinement::apply_in_child`] in a child created by a thread filtered with
+    /// [`Confinement::filter_calling_thread`] and this confinement's own program: the
+    /// inherited filter is checked to be in force (else the child fails closed), and only
+    /// `no_new_privs` and the ruleset remain to apply. Async-signal-safe.
+    #[cfg(target_os = "linux")]
+    pub fn apply_in_child_under_inherited_filter(&self) -> Result<(), ChildFailure> {
+        sys::check_filtered()?;
+        sys::apply(self.ruleset.as_ref(), None)
+    }
+
     /// Makes `command` apply this confinement in its child before `exec` (a `pre_exec`
     /// hook). The program is still found by path (read and execute are allowed
     /// everywhere), and `current_dir` is applied before the hook.

@@ -214,6 +214,20 @@ pub fn apply(
     Ok(())
 }
 
+/// Fails unless a seccomp filter is in force on the calling thread (`PR_GET_SECCOMP`
+/// answers 2, `SECCOMP_MODE_FILTER`). Async-signal-safe.
+pub fn check_filtered() -> Result<(), ChildFailure> {
+    // SAFETY: PR_GET_SECCOMP takes no pointer and only reports the calling thread's mode.
+    let mode = unsafe { libc::prctl(libc::PR_GET_SECCOMP, 0, 0, 0, 0) };
+    if mode == 2 {
+        return Ok(());
+    }
+    Err(ChildFailure {
+        step: "seccomp",
+        errno: if mode < 0 { errno() } else { libc::EPERM },
+    })
+}
+
 /// Installs `confinement` as a `pre_exec` hook of `command`.
 pub fn install(confinement: Arc<Confinement>, command: &mut std::process::Command) {
     use std::os::unix::process::CommandExt as _;

@@ -381,7 +381,14 @@ pub(super) fn start(launch: Verified, spec: CommandSpec) -> Result<Supervised, E
     };
     request.cgroup_procs_fd = join.as_ref().map(AsRawFd::as_raw_fd);
     let started = Instant::now();
-    let launched = if spec.launch_on_this_thread {
+    let filtered = request
+        .confinement
+        .as_ref()
+        .is_some_and(|c| c.filter_program().is_some());
+    let launched = if filtered {
+        // The filter is inherited from a launcher thread rather than attached per child.
+        spawner::launch_filtered(request)
+    } else if spec.launch_on_this_thread {
         spawner::launch_here(&request)
     } else {
         spawner::launch(request)
