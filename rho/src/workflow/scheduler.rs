@@ -348,6 +348,10 @@ pub fn pass(program: &FrozenProgram, scope: &ScopeState) -> Pass {
     out
 }
 
+/// The state of each program node in program order (see [`Scheduler::node_states`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NodeStates(Vec<Option<NodeState>>);
+
 /// The scheduler over a node index computed once per program: the same function as [`pass`]
 /// (same decisions in the same order, same launches), at the cost of walks over vectors.
 ///
@@ -434,7 +438,7 @@ impl Scheduler {
         if !self.fits(program) {
             return pass(program, scope);
         }
-        let out = self.indexed_pass(program, scope);
+        let out = self.indexed_pass(program, scope, self.states(program, scope));
         debug_assert_eq!(
             out,
             pass(program, scope),
@@ -443,9 +447,55 @@ impl Scheduler {
         out
     }
 
-    fn indexed_pass(&self, program: &FrozenProgram, scope: &ScopeState) -> Pass {
+    /// The state of every program node in `scope`, in program order, for a caller that
+    /// keeps it current record by record ([`Scheduler::refresh`]) instead of having every
+    /// pass read it from the scope's task map (one string comparison per node and pass).
+    pub fn node_states(&self, program: &FrozenProgram, scope: &ScopeState) -> NodeStates {
+        NodeStates(self.states(program, scope))
+    }
+
+    /// Reads `node`'s state from `scope` again (after a record about that node).
+    pub fn refresh(&self, states: &mut NodeStates, scope: &ScopeState, node: &str) {
+        if let Some(&i) = self.index.get(node)
+            && let Some(slot) = states.0.get_mut(i)
+        {
+            *slot = scope.node_state(node);
+        }
+    }
+
+    /// [`Scheduler::pass`] over node states the caller kept current; equal to
+    /// [`pass`]`(program, scope)` when `states` equals [`Scheduler::node_states`] of the
+    /// scope (both are checked in debug builds).
+    pub fn pass_with(
+        &self,
+        program: &FrozenProgram,
+        scope: &ScopeState,
+        states: &NodeStates,
+    ) -> Pass {
+        if !self.fits(program) || states.0.len() != program.root.nodes.len() {
+            return pass(program, scope);
+        }
+        debug_assert_eq!(
+            states.0,
+            self.states(program, scope),
+            "the node states kept by the caller departed from the scope"
+        );
+        let out = self.indexed_pass(program, scope, states.0.clone());
+        debug_assert_eq!(
+            out,
+            pass(program, scope),
+            "the indexed scheduler departed from the specification"
+        );
+        out
+    }
+
+    fn indexed_pass(
+        &self,
+        program: &FrozenProgram,
+        scope: &ScopeState,
+        mut states: Vec<Option<NodeState>>,
+    ) -> Pass {
         let nodes = &program.root.nodes;
-        let mut states = self.states(program, scope);
         let mut out = Pass::default();
 
         // Step 1, as in `pass`: sweeps in node-ID order until one decides nothing; a
@@ -682,6 +732,43 @@ pub(crate) mod tests {
             reference: Reference::Status { node: node.into() },
             value: Data::String(value.into()),
         }
+    }
+
+    /// States kept current one node at a time give the passes of states read whole.
+    #[test]
+    fn states_refreshed_node_by_node_give_the_same_passes() {
+        let p = program(
+            vec![
+                command_node("a", &[]),
+                command_node("b", &["a"]),
+                command_node("c", &["a"]),
+                command_node("d", &["b", "c"]),
+            ],
+            settings(2, 2, 2),
+        );
+        let sched = Scheduler::new(&p);
+        let mut s = scope(&p, &[]);
+        let mut kept = sched.node_states(&p, &s);
+        assert_eq!(sched.pass_with(&p, &s, &kept), pass(&p, &s));
+        for (node, state) in [
+            ("a", NodeState::Ready),
+            ("a", NodeState::Running),
+            ("a", NodeState::Success),
+            ("b", NodeState::Ready),
+            ("c", NodeState::Ready),
+            ("b", NodeState::Running),
+            ("b", NodeState::Failure),
+        ] {
+            s.tasks.get_mut(node).unwrap().state = state;
+            sched.refresh(&mut kept, &s, node);
+            assert_eq!(kept, sched.node_states(&p, &s), "after {node} {state:?}");
+            assert_eq!(sched.pass_with(&p, &s, &kept), pass(&p, &s));
+        }
+        // Kept states of another program's length fall back to the scope.
+        assert_eq!(
+            sched.pass_with(&p, &s, &NodeStates::default()),
+            pass(&p, &s)
+        );
     }
 
     #[test]

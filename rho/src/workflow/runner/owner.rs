@@ -74,6 +74,8 @@ pub(super) struct Owner<'p> {
     pass_needed: bool,
     /// Makes the directories of nodes still to run ahead of their launches.
     ahead: Option<DirsAhead>,
+    /// Every node's state in program order, kept current record by record for the passes.
+    node_states: scheduler::NodeStates,
 }
 
 struct Job {
@@ -95,6 +97,7 @@ impl<'p> Owner<'p> {
         let (tx, rx) = channel();
         let snapshot_seq = state.last_event_sequence;
         let scheduler = scheduler::Scheduler::new(&program);
+        let node_states = scheduler.node_states(&program, state.root());
         Owner {
             run,
             program,
@@ -113,6 +116,7 @@ impl<'p> Owner<'p> {
             pool: WorkerPool::new(),
             pass_needed: true,
             ahead: None,
+            node_states,
         }
     }
 
@@ -120,6 +124,15 @@ impl<'p> Owner<'p> {
     pub(super) fn record(&mut self, kind: EventKind) -> Result<(), RunError> {
         let event = self.journal.append(kind)?;
         apply(&mut self.state, &event)?;
+        // A record about one node changes that node's state only; any other is read whole.
+        match record_node(&event.kind) {
+            Some(node) => self
+                .scheduler
+                .refresh(&mut self.node_states, self.state.root(), node),
+            None => {
+                self.node_states = self.scheduler.node_states(&self.program, self.state.root());
+            }
+        }
         if !matches!(
             event.kind,
             EventKind::Launched { .. }
@@ -220,7 +233,9 @@ impl<'p> Owner<'p> {
             let mut starts = Vec::new();
             let mut progressed = false;
             if self.cancelling.is_none() && self.pass_needed {
-                let pass = self.scheduler.pass(&self.program, self.state.root());
+                let pass =
+                    self.scheduler
+                        .pass_with(&self.program, self.state.root(), &self.node_states);
                 progressed |= !pass.decisions.is_empty();
                 for d in pass.decisions {
                     self.record(EventKind::NodeStateChanged {
@@ -596,6 +611,19 @@ impl<'p> Owner<'p> {
         self.checkpoint()?;
         self.run.remove_cancel_request()?;
         Ok(acknowledge)
+    }
+}
+
+/// The node a record is about, when it names one.
+fn record_node(kind: &EventKind) -> Option<&str> {
+    match kind {
+        EventKind::NodeStateChanged { node, .. }
+        | EventKind::LaunchIntended { node, .. }
+        | EventKind::Launched { node, .. }
+        | EventKind::AttemptFinished { node, .. }
+        | EventKind::NodeDenied { node, .. }
+        | EventKind::AttemptUncertain { node, .. } => Some(node),
+        _ => None,
     }
 }
 
