@@ -113,27 +113,30 @@ pub fn run_status(args: &StatusArgs) -> CliResult {
 
 /// Prints a status document (pretty, then a newline) to stdout as it is serialized, through
 /// one buffer: a 1,000-node run's document is ~5 MB, and growing a string that size (copying
-/// and faulting in each doubling) cost more than encoding it. Its largest member, `run`
-/// (~40% of it), is serialized on a second thread while this one prints the members
-/// before it.
+/// and faulting in each doubling) cost more than encoding it. Its largest members (`nodes`,
+/// `run` and `state`: ~75% of it) are encoded on threads of their own while this one prints
+/// the members before them.
 fn write_document(document: &StatusDocument<'_>) -> Result<(), CliError> {
     use std::io::Write as _;
     let mut out = std::io::BufWriter::with_capacity(1 << 16, std::io::stdout().lock());
     let printed = std::thread::scope(|scope| {
-        let run = std::thread::Builder::new()
-            .name("rho-status-run".into())
-            .spawn_scoped(scope, || {
-                let mut bytes = Vec::new();
-                write_pretty_at(&mut bytes, &document.run, 1).map(|()| bytes)
-            });
-        let run = move || match run {
-            Ok(handle) => handle.join().ok(),
-            Err(e) => {
-                tracing::debug!("cannot start a thread to encode the status ({e})");
-                None
+        let mut encoding = [Large::Nodes, Large::Run, Large::State].map(|large| {
+            let thread = std::thread::Builder::new()
+                .name(large.thread_name().into())
+                .spawn_scoped(scope, move || encode_large(document, large));
+            match thread {
+                Ok(handle) => (large, Some(handle)),
+                Err(e) => {
+                    tracing::debug!("cannot start a thread to encode the status ({e})");
+                    (large, None)
+                }
             }
-        };
-        write_members(&mut out, document, run)
+        });
+        write_members(&mut out, document, |large| {
+            let (_, handle) = encoding.iter_mut().find(|(each, _)| *each == large)?;
+            // A thread that panicked is encoded again here.
+            handle.take()?.join().ok()
+        })
     });
     printed
         .and_then(|()| out.write_all(b"\n").map_err(serde_json::Error::io))
@@ -147,13 +150,41 @@ fn write_document(document: &StatusDocument<'_>) -> Result<(), CliError> {
         })
 }
 
-/// Writes `document` exactly as `write_pretty` prints it, member by member; the `run`
-/// member's bytes come from `run` when it has them (serialized elsewhere at depth 1), else
-/// it is serialized here.
+/// The members of a status document encoded apart from the others.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Large {
+    Nodes,
+    Run,
+    State,
+}
+
+impl Large {
+    fn thread_name(self) -> &'static str {
+        match self {
+            Large::Nodes => "rho-status-nodes",
+            Large::Run => "rho-status-run",
+            Large::State => "rho-status-state",
+        }
+    }
+}
+
+/// Member `large` of `document` as it is printed at depth 1.
+fn encode_large(document: &StatusDocument<'_>, large: Large) -> Result<Vec<u8>, serde_json::Error> {
+    let mut bytes = Vec::new();
+    match large {
+        Large::Nodes => write_pretty_at(&mut bytes, &document.nodes, 1),
+        Large::Run => write_pretty_at(&mut bytes, &document.run, 1),
+        Large::State => write_pretty_at(&mut bytes, &document.state, 1),
+    }?;
+    Ok(bytes)
+}
+
+/// Writes `document` exactly as `write_pretty` prints it, member by member; the bytes of a
+/// [`Large`] member come from `encoded` when it has them, else it is serialized here.
 fn write_members<W: std::io::Write>(
     out: &mut W,
     d: &StatusDocument<'_>,
-    run: impl FnOnce() -> Option<Result<Vec<u8>, serde_json::Error>>,
+    mut encoded: impl FnMut(Large) -> Option<Result<Vec<u8>, serde_json::Error>>,
 ) -> Result<(), serde_json::Error> {
     let mut object = TopObject { out, empty: true };
     object.member("command_exits", &d.command_exits)?;
@@ -163,18 +194,15 @@ fn write_members<W: std::io::Write>(
     object.member("lifecycle", &d.lifecycle)?;
     object.member("manifest", &d.manifest)?;
     object.member("needs_recovery", &d.needs_recovery)?;
-    object.member("nodes", &d.nodes)?;
+    object.member_or("nodes", &d.nodes, encoded(Large::Nodes))?;
     object.member("outcome", &d.outcome)?;
     object.member("outputs", &d.outputs)?;
     object.member("owner_alive", &d.owner_alive)?;
     object.member("permission_mode", &d.permission_mode)?;
     object.member("program", &d.program)?;
     object.member("program_digest", &d.program_digest)?;
-    match run() {
-        Some(bytes) => object.raw("run", &bytes?)?,
-        None => object.member("run", &d.run)?,
-    }
-    object.member("state", &d.state)?;
+    object.member_or("run", &d.run, encoded(Large::Run))?;
+    object.member_or("state", &d.state, encoded(Large::State))?;
     object.end()
 }
 
@@ -205,10 +233,22 @@ impl<W: std::io::Write> TopObject<'_, W> {
         write_pretty_at(&mut *self.out, value, 1)
     }
 
-    /// A member whose value is already serialized at depth 1.
-    fn raw(&mut self, key: &str, value: &[u8]) -> Result<(), serde_json::Error> {
-        self.key(key)?;
-        self.out.write_all(value).map_err(serde_json::Error::io)
+    /// Member `key`: its bytes as `encoded` elsewhere (at depth 1) when given, else `value`
+    /// serialized here.
+    fn member_or<T: Serialize + ?Sized>(
+        &mut self,
+        key: &str,
+        value: &T,
+        encoded: Option<Result<Vec<u8>, serde_json::Error>>,
+    ) -> Result<(), serde_json::Error> {
+        match encoded {
+            Some(bytes) => {
+                let bytes = bytes?;
+                self.key(key)?;
+                self.out.write_all(&bytes).map_err(serde_json::Error::io)
+            }
+            None => self.member(key, value),
+        }
     }
 
     fn end(self) -> Result<(), serde_json::Error> {
@@ -739,14 +779,24 @@ mod tests {
             let document = status_document(inspection, &manifest, &program);
             let expected = serde_json::to_string_pretty(&document).unwrap();
             let mut here = Vec::new();
-            write_members(&mut here, &document, || None).unwrap();
+            write_members(&mut here, &document, |_| None).unwrap();
             assert_eq!(String::from_utf8(here).unwrap(), expected);
-            // `run` serialized elsewhere, as the second thread does.
-            let mut run = Vec::new();
-            write_pretty_at(&mut run, &document.run, 1).unwrap();
-            let mut there = Vec::new();
-            write_members(&mut there, &document, || Some(Ok(run))).unwrap();
-            assert_eq!(String::from_utf8(there).unwrap(), expected);
+            // The large members encoded elsewhere, as their threads do, one or all of them.
+            for apart in [
+                &[Large::Nodes][..],
+                &[Large::Run],
+                &[Large::State],
+                &[Large::Nodes, Large::Run, Large::State],
+            ] {
+                let mut there = Vec::new();
+                write_members(&mut there, &document, |large| {
+                    apart
+                        .contains(&large)
+                        .then(|| encode_large(&document, large))
+                })
+                .unwrap();
+                assert_eq!(String::from_utf8(there).unwrap(), expected, "{apart:?}");
+            }
         }
     }
 
