@@ -119,8 +119,12 @@ pub fn run_status(args: &StatusArgs) -> CliResult {
 fn write_document(document: &StatusDocument<'_>) -> Result<(), CliError> {
     use std::io::Write as _;
     let mut out = std::io::BufWriter::with_capacity(1 << 16, std::io::stdout().lock());
+    let apart = document.nodes.map_or(0, BTreeMap::len) >= APART_FROM_NODES;
     let printed = std::thread::scope(|scope| {
         let mut encoding = [Large::Nodes, Large::Run, Large::State].map(|large| {
+            if !apart {
+                return (large, None);
+            }
             let thread = std::thread::Builder::new()
                 .name(large.thread_name().into())
                 .spawn_scoped(scope, move || encode_large(document, large));
@@ -149,6 +153,10 @@ fn write_document(document: &StatusDocument<'_>) -> Result<(), CliError> {
             }
         })
 }
+
+/// From this many nodes up, a status document's large members are encoded on threads of
+/// their own (below it, the whole document encodes in less time than starting them takes).
+const APART_FROM_NODES: usize = 64;
 
 /// The members of a status document encoded apart from the others.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
