@@ -12,6 +12,11 @@
 //!    and `exec`: in the executor's spawner, or in a `pre_exec` hook installed with
 //!    [`Confinement::install`] on a `std::process::Command` (what the agent tools use).
 //!
+//! A workflow run prepares these once and reuses them ([`NodeConfinements`]): one scratch
+//! directory with its ruleset per concurrent confined attempt, handed on only empty, and one
+//! compiled filter per plan, which the executor installs once on a launcher thread whose
+//! children inherit it ([`Confinement::apply_in_child_under_inherited_filter`]).
+//!
 //! What read-only means: every file system right Landlock knows is handled; reading and
 //! executing are granted everywhere, every write right only beneath the attempt's scratch
 //! directory, and writing (not creating) `/dev/null`. Landlock cannot limit metadata
