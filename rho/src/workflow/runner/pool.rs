@@ -22,7 +22,7 @@ pub(super) struct WorkerPool {
     /// Threads that will take a job from the channel without it being promised to them.
     idle: Arc<AtomicUsize>,
     /// Jobs handed over that have not returned yet.
-    running: Arc<(Mutex<usize>, Condvar)>,
+    running: Arc<Running>,
     /// Threads started so far (for the tests).
     started: usize,
 }
@@ -34,27 +34,31 @@ impl WorkerPool {
             jobs,
             receiver: Arc::new(Mutex::new(receiver)),
             idle: Arc::new(AtomicUsize::new(0)),
-            running: Arc::new((Mutex::new(0), Condvar::new())),
+            running: Arc::new(Running::default()),
             started: 0,
         }
     }
 
     /// Blocks until every job handed to the pool so far has returned.
     pub(super) fn wait_idle(&self) {
-        let (count, returned) = &*self.running;
-        let mut count = count.lock().unwrap_or_else(PoisonError::into_inner);
-        while *count > 0 {
-            count = returned.wait(count).unwrap_or_else(PoisonError::into_inner);
+        let running = &*self.running;
+        let mut waiting = running
+            .waiting
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        while running.count.load(Ordering::Acquire) > 0 {
+            *waiting = true;
+            waiting = running
+                .returned
+                .wait(waiting)
+                .unwrap_or_else(PoisonError::into_inner);
         }
+        *waiting = false;
     }
 
     /// Runs `job` on an idle thread, or on a new one when none is idle.
     pub(super) fn run(&mut self, job: impl FnOnce() + Send + 'static) {
-        *self
-            .running
-            .0
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner) += 1;
+        self.running.count.fetch_add(1, Ordering::AcqRel);
         let running = Arc::clone(&self.running);
         let job: Job = Box::new(move || {
             // Counted down however the job ends (a panic included), so `wait_idle` returns.
@@ -102,15 +106,33 @@ impl WorkerPool {
     }
 }
 
+/// The jobs that have not returned, and a waiter for them all.
+#[derive(Default)]
+struct Running {
+    count: AtomicUsize,
+    /// Whether `wait_idle` waits (so a job that returns wakes nobody otherwise: no system
+    /// call per job).
+    waiting: Mutex<bool>,
+    returned: Condvar,
+}
+
 /// Counts a job as returned when dropped.
-struct Returned(Arc<(Mutex<usize>, Condvar)>);
+struct Returned(Arc<Running>);
 
 impl Drop for Returned {
     fn drop(&mut self) {
-        let (count, returned) = &*self.0;
-        let mut count = count.lock().unwrap_or_else(PoisonError::into_inner);
-        *count = count.saturating_sub(1);
-        returned.notify_all();
+        let running = &*self.0;
+        if running.count.fetch_sub(1, Ordering::AcqRel) == 1 {
+            // Under the lock: a waiter either saw the count before this change and is
+            // now waiting, or sees it after.
+            let waiting = running
+                .waiting
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            if *waiting {
+                running.returned.notify_all();
+            }
+        }
     }
 }
 
