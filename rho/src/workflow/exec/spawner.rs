@@ -296,17 +296,29 @@ pub(crate) fn launch(request: LaunchRequest) -> Result<Child, ExecError> {
 /// The thread does nothing else, so nothing but those children inherits its filter; the
 /// rest of the process is not filtered. It lives as long as the process (like the spawner
 /// thread), so the children's parent-death signal stays bound to a thread that outlives
-/// them.
+/// them. A launch never waits behind another one (each suspends its thread until the child
+/// has executed): it takes an idle launcher of its program or starts one, so there are at
+/// most as many per program as launches ever ran at once.
 struct FilteredLauncher {
     program: std::sync::Arc<seccompiler::BpfProgram>,
     jobs: mpsc::Sender<Job>,
+    busy: std::sync::Arc<std::sync::atomic::AtomicBool>,
 }
 
 static FILTERED_LAUNCHERS: Mutex<Vec<FilteredLauncher>> = Mutex::new(Vec::new());
 
-/// [`launch`] for a request whose confinement has a seccomp program: on the launcher thread
-/// filtered with that same program, started on first use. Where no such thread can be
-/// started, the request is launched by the spawner thread and the child attaches the
+/// Marks a claimed launcher idle again when the launch is over, however it ended.
+struct Claimed(std::sync::Arc<std::sync::atomic::AtomicBool>);
+
+impl Drop for Claimed {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::Release);
+    }
+}
+
+/// [`launch`] for a request whose confinement has a seccomp program: on an idle launcher
+/// thread filtered with that same program, started when none is idle. Where no such thread
+/// can be started, the request is launched by the spawner thread and the child attaches the
 /// program itself, as before: either way the child runs under the program.
 pub(crate) fn launch_filtered(request: LaunchRequest) -> Result<Child, ExecError> {
     let spawner = spawner()?;
@@ -318,20 +330,31 @@ pub(crate) fn launch_filtered(request: LaunchRequest) -> Result<Child, ExecError
     else {
         return launch(request);
     };
-    let jobs = {
+    let claimed = {
         let mut launchers = FILTERED_LAUNCHERS
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if let Some(launcher) = launchers.iter().find(|l| *l.program == *program) {
-            Some(launcher.jobs.clone())
+        let idle = launchers.iter().find(|l| {
+            *l.program == *program
+                && l.busy
+                    .compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire)
+                    .is_ok()
+        });
+        if let Some(launcher) = idle {
+            Some((
+                launcher.jobs.clone(),
+                Claimed(std::sync::Arc::clone(&launcher.busy)),
+            ))
         } else {
             match start_filtered_launcher(&program, spawner.slots) {
                 Ok(jobs) => {
+                    let busy = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
                     launchers.push(FilteredLauncher {
                         program,
                         jobs: jobs.clone(),
+                        busy: std::sync::Arc::clone(&busy),
                     });
-                    Some(jobs)
+                    Some((jobs, Claimed(busy)))
                 }
                 Err(reason) => {
                     tracing::warn!("{reason}; confined children attach their filter themselves");
@@ -340,7 +363,7 @@ pub(crate) fn launch_filtered(request: LaunchRequest) -> Result<Child, ExecError
             }
         }
     };
-    let Some(jobs) = jobs else {
+    let Some((jobs, _claimed)) = claimed else {
         return launch(request);
     };
     let slot = take_slot(spawner)?;
@@ -919,7 +942,27 @@ mod tests {
             // SAFETY: just returned by open.
             unsafe { OwnedFd::from_raw_fd(fd) }
         };
-        for _ in 0..2 {
+        let mine = |l: &&FilteredLauncher| Some(&l.program) == confinement.filter_program();
+        let launchers = || {
+            FILTERED_LAUNCHERS
+                .lock()
+                .unwrap()
+                .iter()
+                .filter(mine)
+                .count()
+        };
+        for round in 0..3 {
+            if round == 2 {
+                assert_eq!(
+                    launchers(),
+                    1,
+                    "one launcher serves launches made one after another"
+                );
+                // As if a launch were in progress on it: the next must not wait behind it.
+                for l in FILTERED_LAUNCHERS.lock().unwrap().iter().filter(mine) {
+                    l.busy.store(true, Ordering::Release);
+                }
+            }
             let program = open("/bin/sh", libc::O_PATH);
             let cwd = open("/", libc::O_PATH | libc::O_DIRECTORY);
             let stdin = open("/dev/null", libc::O_RDONLY);
@@ -959,15 +1002,14 @@ mod tests {
             "Seccomp: 0",
             "the thread that asked is not"
         );
-        let launchers = FILTERED_LAUNCHERS.lock().unwrap();
         assert_eq!(
-            launchers
-                .iter()
-                .filter(|l| Some(&l.program) == confinement.filter_program())
-                .count(),
-            1,
-            "one launcher serves every launch with the same program"
+            launchers(),
+            2,
+            "a busy launcher made the launch start another"
         );
+        for l in FILTERED_LAUNCHERS.lock().unwrap().iter().filter(mine) {
+            l.busy.store(false, Ordering::Release);
+        }
     }
 
     fn inheritable_fd() -> OwnedFd {
