@@ -16,13 +16,17 @@ use exec_support::{
 use rho::workflow::exec::{self, CancelToken, CommandExit, ExecError};
 
 const LONG: Duration = Duration::from_mins(1);
+/// Timeout for the commands that print their grandchild's pid, then wait to be stopped:
+/// long enough for the shell to start and print on a loaded machine (at 200 ms, under a
+/// parallel test run, the shell was sometimes stopped before it printed anything).
+const ECHO_THEN_TIME_OUT: Duration = Duration::from_secs(2);
 
 #[test]
 fn timeout_kills_a_backgrounded_grandchild() {
     let ws = Workspace::new();
     let mut spec = ws.spec(
         &["sh", "-c", "sleep 1000 & echo $!; wait"],
-        Duration::from_millis(300),
+        ECHO_THEN_TIME_OUT,
     );
     spec.kill_grace = Duration::from_millis(200);
     let outcome = run(&ws, &frozen_sh(&ws.root), &root_dir(), spec);
@@ -58,7 +62,7 @@ fn term_is_followed_by_kill_after_the_grace_period() {
     // The shell and its child ignore SIGTERM; only SIGKILL ends them.
     let mut spec = ws.spec(
         &["sh", "-c", "trap '' TERM; sleep 1000 & echo $!; wait"],
-        Duration::from_millis(200),
+        ECHO_THEN_TIME_OUT,
     );
     spec.kill_grace = Duration::from_millis(200);
     let outcome = run(&ws, &frozen_sh(&ws.root), &root_dir(), spec);
