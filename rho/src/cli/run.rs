@@ -368,7 +368,10 @@ pub fn run_run(args: &RunArgs, session_args: &SessionArgs) -> CliResult {
         status.transition(RunState::Running);
         let mut extra = serde_json::Map::new();
         extra.insert("session_id".into(), json!(session_id));
-        extra.insert("transcript".into(), json!(session.transcript_path()));
+        extra.insert(
+            "transcript".into(),
+            json!(session.transcript_path().to_string_lossy()),
+        );
         StatusFile {
             path: path.clone(),
             status,

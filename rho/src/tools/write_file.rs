@@ -37,7 +37,7 @@ pub fn write_permission(
         .map_err(|e| e.into_tool_error(tool, field))?;
     let class = ws.write_class(&path);
     let mut permission = ToolPermission::new(class, format!("{what} `{}`", path.display()));
-    permission.input = Some(json!({"path": ws.absolute(&path)}));
+    permission.input = Some(json!({"path": ws.absolute(&path).to_string_lossy()}));
     Ok(permission)
 }
 
@@ -104,5 +104,29 @@ impl Tool for WriteFile {
                 "lines": lines,
             }),
         ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use std::ffi::OsStr;
+    use std::os::unix::ffi::OsStrExt;
+
+    use super::*;
+
+    #[test]
+    fn a_workspace_whose_path_is_not_utf8_gets_a_permission_not_a_panic() {
+        let parent = tempfile::tempdir().unwrap();
+        let root = parent.path().join(OsStr::from_bytes(b"ws-\xff"));
+        std::fs::create_dir(&root).unwrap();
+        let ws = Workspace::open(&root).unwrap();
+        let permission = write_permission(NAME, &ws, "path", "notes.txt", "write").unwrap();
+        let path = permission.input.unwrap()["path"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        assert!(path.ends_with("ws-\u{fffd}/notes.txt"), "{path}");
     }
 }

@@ -72,7 +72,7 @@ pub fn run_list(args: &ListArgs) -> CliResult {
         if let Some(workflows) = workflows.as_ref().filter(|_| args.workflows) {
             document["workflows"] = workflows
                 .iter()
-                .map(|w| json!({ "name": w.name, "path": w.path }))
+                .map(|w| json!({ "name": w.name, "path": w.path.to_string_lossy() }))
                 .collect();
         }
         json_text(&document)

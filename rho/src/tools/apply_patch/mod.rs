@@ -190,7 +190,9 @@ impl Tool for ApplyPatch {
                     _ => ws.write_class(&resolved),
                 };
                 let mut permission = ToolPermission::new(class, format!("patch: {line}"));
-                permission.input = Some(json!({"path": ws.absolute(&resolved), "operation": line}));
+                permission.input = Some(
+                    json!({"path": ws.absolute(&resolved).to_string_lossy(), "operation": line}),
+                );
                 requests.push(permission);
             }
         }

@@ -214,7 +214,7 @@ pub fn run_summary(run_id: &str, run_dir: &Path, inspection: &Inspection) -> (Ve
                     lines.push(format!("    {}", artifact_line(label, run_dir, art)));
                     artifacts.push(json!({
                         "label": label,
-                        "path": run_dir.join(&art.path),
+                        "path": run_dir.join(&art.path).to_string_lossy(),
                         "retained_bytes": art.retained_bytes,
                         "observed_bytes": art.observed_bytes,
                         "truncated": art.truncated,
@@ -272,7 +272,7 @@ pub fn run_summary(run_id: &str, run_dir: &Path, inspection: &Inspection) -> (Ve
         "lifecycle": lifecycle,
         "outcome": outcome,
         "needs_recovery": inspection.uncertain,
-        "run_dir": run_dir,
+        "run_dir": run_dir.to_string_lossy(),
     });
     // Moved in: `json!` would copy each (one entry per node) through serde.
     structured["nodes"] = Value::Object(nodes_json);
