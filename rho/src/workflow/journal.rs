@@ -667,20 +667,24 @@ mod tests {
         assert!(matches!(events[1].kind, EventKind::JournalRepaired { .. }));
     }
 
-    #[test]
-    fn the_tail_holds_the_records_from_the_accepted_one_and_refuses_damage() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("events.jsonl");
-        let mut j = Journal::create(&path).unwrap();
+    /// A synced journal at `path`: the creation record, then `running` records `count` times.
+    fn write_running_journal(path: &Path, count: usize) {
+        let mut j = Journal::create(path).unwrap();
         j.append(created()).unwrap();
-        for _ in 0..20 {
+        for _ in 0..count {
             j.append(EventKind::LifecycleChanged {
                 lifecycle: Lifecycle::Running,
             })
             .unwrap();
         }
         j.sync().unwrap();
-        drop(j);
+    }
+
+    #[test]
+    fn the_tail_holds_the_records_from_the_accepted_one_and_refuses_damage() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("events.jsonl");
+        write_running_journal(&path, 20);
         let whole = std::fs::read(&path).unwrap();
         let seqs = |tail: &JournalTail| tail.events.iter().map(|e| e.seq).collect::<Vec<_>>();
         // From the accepted record to the end, in order.
@@ -726,16 +730,7 @@ mod tests {
     fn a_record_before_the_first_window_is_found_in_the_whole_one() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("events.jsonl");
-        let mut j = Journal::create(&path).unwrap();
-        j.append(created()).unwrap();
-        for _ in 0..1000 {
-            j.append(EventKind::LifecycleChanged {
-                lifecycle: Lifecycle::Running,
-            })
-            .unwrap();
-        }
-        j.sync().unwrap();
-        drop(j);
+        write_running_journal(&path, 1000);
         let len = std::fs::metadata(&path).unwrap().len();
         assert!(len > 4 * FIRST_TAIL_WINDOW, "{len} bytes");
         // Record 2 is far before the first window, inside the whole one.
