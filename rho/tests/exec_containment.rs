@@ -210,6 +210,9 @@ fn a_populated_cgroup_is_reported_with_its_members_until_it_is_killed() {
     )
     .unwrap();
     assert_eq!(cgroup.members().unwrap(), vec![pid]);
+    // The cgroup's creator reads `cgroup.events` through the descriptor it keeps: each read
+    // sees the kernel's current value.
+    assert!(cgroup.populated().unwrap());
     let err = containment::check_empty(cgroup.path()).unwrap_err();
     let message = err.to_string();
     assert!(
@@ -217,6 +220,7 @@ fn a_populated_cgroup_is_reported_with_its_members_until_it_is_killed() {
         "{message}"
     );
     cgroup.kill_and_wait(Duration::from_secs(5)).unwrap();
+    assert!(!cgroup.populated().unwrap());
     sleeper.wait().unwrap();
     containment::check_empty(cgroup.path()).unwrap();
     assert_removed(cgroup.path());

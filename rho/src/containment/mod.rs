@@ -412,13 +412,22 @@ impl OwnerRoot {
     /// Creates (or reuses, when it exists and is empty) the cgroup `name` below this root.
     pub fn create(&self, name: &str) -> Result<Cgroup, ContainmentError> {
         let name = cgroup_name(name);
-        let cgroup = Cgroup {
+        let mut cgroup = Cgroup {
             path: format!("{}/{name}", self.path),
             dir: self.dir.join(&name),
             has_kill: self.has_kill,
+            events: None,
         };
         match fs::create_dir(&cgroup.dir) {
-            Ok(()) => Ok(cgroup),
+            Ok(()) => {
+                // Opened now, while the tree is prepared, so the check at its end (on the
+                // path from one node to the next) is a single read; a cgroup whose file
+                // cannot be opened is checked by path as before.
+                cgroup.events = fs::File::open(cgroup.dir.join("cgroup.events"))
+                    .ok()
+                    .map(Arc::new);
+                Ok(cgroup)
+            }
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
                 if cgroup.populated()? {
                     Err(cgroup.occupied())
@@ -487,6 +496,9 @@ pub struct Cgroup {
     path: String,
     dir: PathBuf,
     has_kill: bool,
+    /// `cgroup.events`, kept open by the cgroup's creator (the kernel regenerates its
+    /// content at every read from offset 0).
+    events: Option<Arc<fs::File>>,
 }
 
 /// How long [`Cgroup::kill_and_wait`] sleeps between checks at most.
@@ -508,6 +520,7 @@ impl Cgroup {
                 path: path.to_owned(),
                 has_kill: dir.join("cgroup.kill").exists(),
                 dir,
+                events: None,
             })),
             Ok(_) => Err(ContainmentError::InvalidPath {
                 path: path.to_owned(),
@@ -537,6 +550,11 @@ impl Cgroup {
 
     /// Whether any live process is in this cgroup or below it (`cgroup.events`).
     pub fn populated(&self) -> Result<bool, ContainmentError> {
+        if let Some(events) = &self.events
+            && let Some(populated) = read_populated(events)
+        {
+            return Ok(populated);
+        }
         let path = self.dir.join("cgroup.events");
         let text = match fs::read_to_string(&path) {
             Ok(text) => text,
@@ -656,6 +674,23 @@ impl Cgroup {
             Err(e) => Err(ContainmentError::io("remove cgroup", &self.dir, &e)),
         }
     }
+}
+
+/// The `populated` value of an open `cgroup.events`, read from its start; `None` when it
+/// cannot be read or parsed (the caller then reads it by path, which tells a removed cgroup
+/// from an unreadable one).
+fn read_populated(events: &fs::File) -> Option<bool> {
+    use std::os::unix::fs::FileExt as _;
+    // `populated 0\nfrozen 0\n`: far below the buffer; a longer file is read by path.
+    let mut buf = [0_u8; 128];
+    let n = events.read_at(&mut buf, 0).ok()?;
+    if n == 0 || n == buf.len() {
+        return None;
+    }
+    let text = std::str::from_utf8(&buf[..n]).ok()?;
+    text.lines()
+        .find_map(|l| l.strip_prefix("populated "))
+        .map(|v| v.trim() != "0")
 }
 
 fn collect_members(dir: &Path, pids: &mut Vec<i32>) -> Result<(), ContainmentError> {
