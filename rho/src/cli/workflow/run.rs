@@ -285,6 +285,10 @@ pub struct Progress {
     warnings: Vec<String>,
     /// Lines that arrived while an approval prompt was open, printed once it closes.
     deferred: Vec<String>,
+    /// Output not on a live terminal, held until the owner flushes it (once it started
+    /// what it decided, before it waits), so the records of one step of the run reach the
+    /// output in one write instead of one write per line, after the launch, not before it.
+    pending: Vec<u8>,
 }
 
 impl std::fmt::Debug for Progress {
@@ -319,6 +323,7 @@ impl Progress {
             last_draw: None,
             warnings: Vec::new(),
             deferred: Vec::new(),
+            pending: Vec::new(),
         }
     }
 
@@ -340,8 +345,18 @@ impl Progress {
             obj.insert("type".into(), json!(event));
             obj.insert("event".into(), json!(event));
         }
+        let _ = writeln!(self.pending, "{fields}");
+    }
+
+    /// Writes the output held in `pending` (see [`ProgressSink::flush`]).
+    fn flush_pending(&mut self) {
+        if self.pending.is_empty() {
+            return;
+        }
         let mut out = std::io::stdout().lock();
-        let _ = writeln!(out, "{fields}");
+        let _ = out.write_all(&self.pending);
+        let _ = out.flush();
+        self.pending.clear();
     }
 
     /// Prints one progress line (or a few, joined by newlines). Node ids, reasons, hook
@@ -350,8 +365,7 @@ impl Progress {
     fn line(&mut self, text: &str) {
         let text = &*crate::terminal::escape_controls_keep_lines(text);
         if !self.live {
-            let mut out = std::io::stdout().lock();
-            let _ = writeln!(out, "{text}");
+            let _ = writeln!(self.pending, "{text}");
             return;
         }
         let mut share = terminal();
@@ -383,6 +397,7 @@ impl Progress {
     /// Erases the live line (terminal only), unless an approval prompt is using the
     /// terminal.
     pub fn clear_live(&mut self) {
+        self.flush_pending();
         if !self.live {
             return;
         }
@@ -516,6 +531,7 @@ impl Progress {
                 ));
             }
         }
+        self.flush_pending();
     }
 
     #[allow(clippy::format_push_string, reason = "a few summary lines")]
@@ -541,6 +557,7 @@ impl Progress {
                         "warnings": self.warnings,
                     }),
                 );
+                self.flush_pending();
                 // stdout carries the JSON lines; whoever stopped the run reads stderr.
                 if report.outcome == Some(Outcome::Cancellation) {
                     eprintln!("resume with: rho workflow resume {}", self.run_id);
@@ -589,9 +606,20 @@ impl Progress {
     }
 }
 
+impl Drop for Progress {
+    fn drop(&mut self) {
+        self.flush_pending();
+    }
+}
+
 impl ProgressSink for Progress {
     fn tick(&mut self, state: &State) {
+        self.flush_pending();
         self.draw(state, false);
+    }
+
+    fn flush(&mut self) {
+        self.flush_pending();
     }
 
     fn created(&mut self, run_id: &str) {

@@ -57,6 +57,9 @@ pub trait ProgressSink {
     /// Called while the owner waits (about every 50 ms), so a live view can keep its clock
     /// and its list of running nodes current between records.
     fn tick(&mut self, _state: &State) {}
+    /// Called once the owner started what a step of the run decided and before it waits: a
+    /// sink that holds its output writes it now (the owner never waits with output held).
+    fn flush(&mut self) {}
 }
 
 /// A sink that ignores progress.
