@@ -343,9 +343,32 @@ fn exec_strings(
     Ok((argv, envp))
 }
 
-/// Creates the artifacts and pipes, launches through the spawner, and returns the
-/// supervised command.
-pub(super) fn start(launch: Verified, spec: CommandSpec) -> Result<Supervised, ExecError> {
+/// A command whose descriptors, pipes and strings are ready: everything of a launch but
+/// the launch itself, so a caller that must wait before starting it (for its
+/// `launch_intended` record to be durable) does this part while it waits.
+pub(super) struct Prepared {
+    launch: Verified,
+    spec: CommandSpec,
+    request: LaunchRequest,
+    stdout: Stream,
+    stderr: Stream,
+    /// The child's ends: only the child holds them once it started.
+    child_ends: (OwnedFd, OwnedFd, OwnedFd),
+    /// `cgroup.procs` of the tree's cgroup, closed once the child joined it.
+    join: Option<OwnedFd>,
+}
+
+impl std::fmt::Debug for Prepared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Prepared")
+            .field("argv", &self.request.argv)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Creates the pipes, checks the artifact paths and opens what the child needs, without
+/// starting anything (see [`Prepared::launch`]).
+pub(super) fn prepare(launch: Verified, spec: CommandSpec) -> Result<Prepared, ExecError> {
     let (argv, envp) = exec_strings(&launch, &spec)?;
     let setup = |what: &'static str| move |e: io::Error| ExecError::Setup { what, source: e };
     let stdin = above_stdio(OwnedFd::from(
@@ -358,6 +381,13 @@ pub(super) fn start(launch: Verified, spec: CommandSpec) -> Result<Supervised, E
     let err_w = above_stdio(err_w).map_err(setup("stderr pipe"))?;
     let stdout = Stream::new(out_r, &spec.stdout_path, spec.max_output_bytes)?;
     let stderr = Stream::new(err_r, &spec.stderr_path, spec.max_output_bytes)?;
+    let join = match &spec.containment {
+        Some(tree) => tree.join_handle().map_err(|e| ExecError::Setup {
+            what: "opening the node's cgroup",
+            source: io::Error::other(e.to_string()),
+        })?,
+        None => None,
+    };
     let request = LaunchRequest {
         argv,
         envp,
@@ -368,32 +398,66 @@ pub(super) fn start(launch: Verified, spec: CommandSpec) -> Result<Supervised, E
         stdout_fd: out_w.as_raw_fd(),
         stderr_fd: err_w.as_raw_fd(),
         confinement: spec.confinement.clone(),
-        cgroup_procs_fd: None,
+        cgroup_procs_fd: join.as_ref().map(AsRawFd::as_raw_fd),
         tree_tag: spec.containment.as_ref().and_then(Tree::leader_tag),
     };
-    let mut request = request;
-    let join = match &spec.containment {
-        Some(tree) => tree.join_handle().map_err(|e| ExecError::Setup {
-            what: "opening the node's cgroup",
-            source: io::Error::other(e.to_string()),
-        })?,
-        None => None,
-    };
-    request.cgroup_procs_fd = join.as_ref().map(AsRawFd::as_raw_fd);
-    let started = Instant::now();
-    let filtered = request
-        .confinement
-        .as_ref()
-        .is_some_and(|c| c.filter_program().is_some());
-    let launched = if filtered {
-        // The filter is inherited from a launcher thread rather than attached per child.
-        spawner::launch_filtered(request)
-    } else if spec.launch_on_this_thread {
-        spawner::launch_here(&request)
-    } else {
-        spawner::launch(request)
-    };
-    drop(join);
+    Ok(Prepared {
+        launch,
+        spec,
+        request,
+        stdout,
+        stderr,
+        child_ends: (stdin, out_w, err_w),
+        join,
+    })
+}
+
+/// Creates the artifacts and pipes, launches through the spawner, and returns the
+/// supervised command.
+pub(super) fn start(launch: Verified, spec: CommandSpec) -> Result<Supervised, ExecError> {
+    prepare(launch, spec)?.launch()
+}
+
+impl Prepared {
+    /// Starts the prepared command and returns it under supervision.
+    pub(super) fn launch(self) -> Result<Supervised, ExecError> {
+        let Prepared {
+            launch,
+            spec,
+            request,
+            stdout,
+            stderr,
+            child_ends,
+            join,
+        } = self;
+        let started = Instant::now();
+        let filtered = request
+            .confinement
+            .as_ref()
+            .is_some_and(|c| c.filter_program().is_some());
+        let launched = if filtered {
+            // The filter is inherited from a launcher thread rather than attached per child.
+            spawner::launch_filtered(request)
+        } else if spec.launch_on_this_thread {
+            spawner::launch_here(&request)
+        } else {
+            spawner::launch(request)
+        };
+        drop(join);
+        supervise(launch, spec, stdout, stderr, child_ends, started, launched)
+    }
+}
+
+/// Takes a launched child under supervision (or cleans up after a failed launch).
+fn supervise(
+    launch: Verified,
+    spec: CommandSpec,
+    stdout: Stream,
+    stderr: Stream,
+    child_ends: (OwnedFd, OwnedFd, OwnedFd),
+    started: Instant,
+    launched: Result<spawner::Child, ExecError>,
+) -> Result<Supervised, ExecError> {
     let child = match launched {
         Ok(child) => child,
         Err(e) => {
@@ -407,7 +471,7 @@ pub(super) fn start(launch: Verified, spec: CommandSpec) -> Result<Supervised, E
         }
     };
     // Only the child holds the write ends now, so end of file means every holder is gone.
-    drop((stdin, out_w, err_w));
+    drop(child_ends);
     let guard = GroupGuard {
         pgid: child.pid,
         slot: Some(child.slot),

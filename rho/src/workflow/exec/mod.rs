@@ -400,6 +400,43 @@ impl RunningCommand {
     }
 }
 
+/// A verified command with its pipes and descriptors ready, not started (see [`prepare`]).
+/// Dropping it starts nothing and closes them.
+#[derive(Debug)]
+pub struct PreparedCommand {
+    #[cfg(target_os = "linux")]
+    inner: capture::Prepared,
+    #[cfg(not(target_os = "linux"))]
+    inner: std::convert::Infallible,
+}
+
+impl PreparedCommand {
+    /// Starts the command: [`spawn`] with its preparation already done. Returns once the
+    /// child has executed the sealed copy (or failed trying).
+    pub fn launch(self) -> Result<RunningCommand, ExecError> {
+        #[cfg(target_os = "linux")]
+        return self.inner.launch().map(|inner| RunningCommand { inner });
+        #[cfg(not(target_os = "linux"))]
+        match self.inner {}
+    }
+}
+
+/// Everything of [`spawn`] but the start: builds the argument and environment strings,
+/// creates the pipes, checks the artifact paths and opens the cgroup's `cgroup.procs`, so
+/// a caller that must wait before it may start the process (its `launch_intended` record
+/// is being made durable) does this work while it waits.
+pub fn prepare(launch: VerifiedLaunch, spec: CommandSpec) -> Result<PreparedCommand, ExecError> {
+    #[cfg(target_os = "linux")]
+    return capture::prepare(launch.inner, spec).map(|inner| PreparedCommand { inner });
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = (launch, spec);
+        Err(ExecError::Unsupported {
+            target: std::env::consts::OS,
+        })
+    }
+}
+
 /// Starts a verified command. Returns once the child has executed the sealed copy (or
 /// failed trying, which is reported as [`ExecError::Launch`]).
 pub fn spawn(launch: VerifiedLaunch, spec: CommandSpec) -> Result<RunningCommand, ExecError> {

@@ -210,6 +210,20 @@ impl Finished {
         }
     }
 
+    /// What `status.json` shows of this end (everything but the output value itself).
+    fn status_copy(&self) -> Self {
+        Finished {
+            state: self.state,
+            reason: self.reason.clone(),
+            exit: self.exit.clone(),
+            stdout: self.stdout.clone(),
+            stderr: self.stderr.clone(),
+            output: None,
+            output_artifact: self.output_artifact.clone(),
+            denial: self.denial.clone(),
+        }
+    }
+
     fn cancelled(reason: impl Into<String>) -> Self {
         Finished {
             state: Some(NodeState::Cancellation),
@@ -261,13 +275,12 @@ pub(super) fn run(
             }
         }
     };
-    let status = status_json(node, attempt, &result);
     if shared
         .observer
         .observes(HookEventName::WorkflowNodeFinished)
     {
         // A hook told of the node's end may read its status.json: written first.
-        let _ = write_status(&dir, status);
+        let _ = write_status(&dir, status_json(node, attempt, &result));
         tail.finish();
         observe(
             shared,
@@ -285,14 +298,16 @@ pub(super) fn run(
         // status.json is a convenience copy of what the journal records, and creating it
         // (a new file, so an inode) is one of the costliest steps of a trivial attempt:
         // it is written while the owner already journals this attempt's end and
-        // schedules the next one. The owner waits for every worker's job to end before it
-        // closes the run, so a finished run has all its status files.
+        // schedules the next one (its content is encoded then too, from a copy). The owner
+        // waits for every worker's job to end before it closes the run, so a finished run
+        // has all its status files.
+        let copy = result.status_copy();
         let _ = tx.send(WorkerMsg::Finished {
             node: node.id.clone(),
             attempt,
             result: Box::new(result),
         });
-        let _ = write_status(&dir, status);
+        let _ = write_status(&dir, status_json(node, attempt, &copy));
         tail.finish();
     }
 }
@@ -486,11 +501,17 @@ fn run_command(
     }
     // Only a contained tree is known to be gone when the attempt ends.
     let contained = spec.containment.is_some();
+    // Pipes, descriptors and strings are made while the owner makes the record durable;
+    // only the start waits for it.
+    let prepared = match exec::prepare(launch, spec) {
+        Ok(prepared) => prepared,
+        Err(e) => return failed_unless_cancelled(cancel, format!("launch failed: {e}")),
+    };
     if !durable.wait() {
         return Finished::failed(NOT_DURABLE);
     }
     crate::workflow::crashpoint::reached("worker:spawn");
-    let running = match exec::spawn(launch, spec) {
+    let running = match prepared.launch() {
         Ok(running) => running,
         Err(e) => return failed_unless_cancelled(cancel, format!("launch failed: {e}")),
     };
