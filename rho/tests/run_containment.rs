@@ -388,3 +388,58 @@ fn a_detached_child_dies_with_its_node_and_no_attempt_cgroup_outlives_the_run() 
         wait_for("the detached child to die with its node", || !running(pid));
     }
 }
+
+/// The owner makes the cgroups of first attempts ahead of their launches (with their
+/// directories): those of nodes that never start are gone when `run` returns, like their
+/// directories, and the attempts that ran used the cgroup their record names.
+#[test]
+fn cgroups_made_ahead_for_nodes_that_never_start_do_not_outlive_the_run() {
+    if !contained_here() {
+        return;
+    }
+    let env = Env::new();
+    let mut nodes = vec![
+        node("a", "", r#"["false"]"#),
+        node("b", ", needs = [\"a\"]", r#"["true"]"#),
+    ];
+    // Enough nodes that cgroups are made ahead of launches that never happen.
+    for i in 0..40 {
+        nodes.push(node(
+            &format!("z{i:02}"),
+            ", needs = [\"b\"]",
+            r#"["true"]"#,
+        ));
+    }
+    env.write(
+        "wf.star",
+        &format!(
+            "def build(inputs):\n    return workflow(name = \"ahead\", nodes = [{}], exports = {{}})\n\nWORKFLOW = define(inputs = {{}}, build = build)\n",
+            nodes.join(", ")
+        ),
+    );
+    let out = env.rho(&["workflow", "run", "wf.star", "--yes"]);
+    assert_eq!(code(&out), 3, "{}", text(&out));
+    let id = env.run_ids().into_iter().next().unwrap();
+    let events = journal::read(&env.run_dir(&id).join("events.jsonl"))
+        .unwrap()
+        .events;
+    let launched: Vec<String> = events
+        .iter()
+        .filter_map(|e| match &e.kind {
+            EventKind::LaunchIntended { cgroup, .. } => cgroup.clone(),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(launched.len(), 1, "only `a` started: {launched:?}");
+    let a = &launched[0];
+    assert!(a.ends_with(&format!("/{id}.a.1")), "{a}");
+    assert!(rho::containment::Cgroup::open(a).unwrap().is_none());
+    let root = a.trim_end_matches(&format!("{id}.a.1"));
+    for never in std::iter::once("b".to_owned()).chain((0..40).map(|i| format!("z{i:02}"))) {
+        let path = format!("{root}{id}.{never}.1");
+        assert!(
+            rho::containment::Cgroup::open(&path).unwrap().is_none(),
+            "the cgroup made ahead for `{never}` is removed: {path}"
+        );
+    }
+}

@@ -1,21 +1,29 @@
 //! Directories made ahead of the attempts that need them: a thread creates the store
 //! directories of the first attempt of the nodes still to run (`nodes/<NODE>/attempts/1/`)
-//! a few launches ahead of the owner, so such an attempt creates no directory at all
-//! instead of three. Creating a directory is among the costliest steps of a trivial
-//! attempt (an inode and a directory block on ext4), and on a run of one node after
-//! another the second core is otherwise idle.
+//! and, for a command or shell node where trees are contained in cgroups, the attempt's
+//! empty cgroup, a few launches ahead of the owner. It hands both over already open
+//! ([`Made`]), so such an attempt creates and opens no directory at all instead of three
+//! (each opened and checked level by level) plus the cgroup. Creating a directory is among
+//! the costliest steps of a trivial attempt (an inode and a directory block on ext4; a
+//! cgroup's kernel state), and on a run of one node after another the second core is
+//! otherwise idle.
 //!
 //! Invariant: the thread never gets more than [`AHEAD`] nodes ahead of the launches, it is
 //! stopped and joined before the owner closes the run (nothing is created in a run the
 //! owner let go of), and what it made for nodes that never started is removed at the close
 //! (only while it is empty). An attempt never depends on it: one that finds its
-//! directories missing creates them itself. After a crash, an empty `attempts/1/` of a node
-//! that never started may remain: like the directory of an attempt that had not ended, it
-//! holds no `status.json`, and the journal (the source of truth) records no attempt.
+//! directories or its cgroup missing creates them itself. After a crash, an empty
+//! `attempts/1/` of a node that never started may remain: like the directory of an attempt
+//! that had not ended, it holds no `status.json`, and the journal (the source of truth)
+//! records no attempt; an empty cgroup made ahead is under the dead owner's root, which the
+//! next owner removes (no record names it, so no recovery waits for it).
 
+use std::collections::HashMap;
 use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::thread::JoinHandle;
 
+use crate::containment::Cgroup;
+use crate::workflow::store::fs::PrivateDir;
 use crate::workflow::store::runs::RunDir;
 
 /// How many nodes the thread may be ahead of the launches.
@@ -37,6 +45,36 @@ struct Progress {
 struct Shared {
     progress: Mutex<Progress>,
     changed: Condvar,
+    /// What was made for each node and not yet taken by its attempt.
+    made: Mutex<HashMap<String, Made>>,
+}
+
+/// What was made ahead for a node's first attempt, open and ready.
+#[derive(Debug)]
+pub(super) struct Made {
+    /// `nodes/<NODE>/attempts/1/`.
+    pub dir: PrivateDir,
+    /// The attempt's empty cgroup (named by [`super::owner::attempt_cgroup`]), for a
+    /// command or shell node where trees are contained in cgroups.
+    pub cgroup: Option<Cgroup>,
+}
+
+/// A node still to run, in launch order.
+#[derive(Debug)]
+pub(super) struct Ahead {
+    pub node: String,
+    /// The cgroup its first attempt runs in, when it is a command or shell node and trees
+    /// are contained in cgroups (see [`super::owner::attempt_cgroup`]).
+    pub cgroup: Option<String>,
+}
+
+/// What the thread made that no attempt took.
+#[derive(Debug, Default)]
+pub(super) struct Unused {
+    /// Nodes whose `nodes/<NODE>/` the thread created.
+    pub created: Vec<String>,
+    /// What no attempt took, by node.
+    pub made: HashMap<String, Made>,
 }
 
 /// The thread that makes node directories ahead of the launches.
@@ -49,7 +87,7 @@ pub(super) struct DirsAhead {
 impl DirsAhead {
     /// Starts making the directories of `nodes` (in the order they are expected to launch).
     /// When no thread can be started, attempts create their directories themselves.
-    pub(super) fn start(run: Arc<RunDir>, nodes: Vec<String>) -> Self {
+    pub(super) fn start(run: Arc<RunDir>, nodes: Vec<Ahead>) -> Self {
         let shared = Arc::new(Shared::default());
         let thread = if nodes.is_empty() {
             None
@@ -82,18 +120,36 @@ impl DirsAhead {
         }
     }
 
-    /// Stops the thread and returns the nodes whose directory it created.
-    pub(super) fn finish(mut self) -> Vec<String> {
+    /// What was made for `node`'s first attempt, if the thread got to it (each is handed
+    /// out once).
+    pub(super) fn take(&self, node: &str) -> Option<Made> {
+        self.shared
+            .made
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(node)
+    }
+
+    /// Stops the thread and returns what it made that was not taken.
+    pub(super) fn finish(mut self) -> Unused {
         self.stop()
     }
 
-    fn stop(&mut self) -> Vec<String> {
+    fn stop(&mut self) -> Unused {
         let Some(thread) = self.thread.take() else {
-            return Vec::new();
+            return Unused::default();
         };
         self.lock().stop = true;
         self.shared.changed.notify_all();
-        thread.join().unwrap_or_default()
+        let created = thread.join().unwrap_or_default();
+        let made = std::mem::take(
+            &mut *self
+                .shared
+                .made
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner),
+        );
+        Unused { created, made }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Progress> {
@@ -106,13 +162,15 @@ impl DirsAhead {
 
 impl Drop for DirsAhead {
     fn drop(&mut self) {
-        self.stop();
+        // Only when the owner did not finish it (an error ended the run): what was made
+        // stays until the next owner's sweep, as after a crash.
+        drop(self.stop());
     }
 }
 
-fn make_ahead(run: &RunDir, nodes: &[String], shared: &Shared) -> Vec<String> {
-    let mut made = Vec::new();
-    for (i, node) in nodes.iter().enumerate() {
+fn make_ahead(run: &RunDir, nodes: &[Ahead], shared: &Shared) -> Vec<String> {
+    let mut created = Vec::new();
+    for (i, Ahead { node, cgroup }) in nodes.iter().enumerate() {
         {
             let mut progress = shared
                 .progress
@@ -129,12 +187,30 @@ fn make_ahead(run: &RunDir, nodes: &[String], shared: &Shared) -> Vec<String> {
                 break;
             }
         }
-        match run.prepare_node_dir(node) {
-            Ok(true) => made.push(node.clone()),
-            Ok(false) => {}
+        let dir = match run.prepare_node_dir(node) {
+            Ok((made, dir)) => {
+                if made {
+                    created.push(node.clone());
+                }
+                dir
+            }
             // The attempt meets the same problem and reports it.
-            Err(e) => tracing::debug!(node = %node, "not made ahead: {e}"),
-        }
+            Err(e) => {
+                tracing::debug!(node = %node, "not made ahead: {e}");
+                continue;
+            }
+        };
+        let cgroup = cgroup.as_deref().and_then(|name| {
+            crate::containment::owner_root()
+                .and_then(|root| root.create(name))
+                .inspect_err(|e| tracing::debug!(node = %node, "cgroup not made ahead: {e}"))
+                .ok()
+        });
+        shared
+            .made
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(node.clone(), Made { dir, cgroup });
     }
-    made
+    created
 }

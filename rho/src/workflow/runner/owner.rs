@@ -18,7 +18,7 @@ use rho_ipc::program::{Execution, FrozenProgram, ROOT_SCOPE_ID};
 use rho_policy::HookEventName;
 use rho_policy::hooks::HostLabels;
 
-use super::ahead::DirsAhead;
+use super::ahead::{Ahead, DirsAhead, Made};
 use super::authorize::HookFailure;
 use super::pool::WorkerPool;
 use super::worker::{self, DurableGate, Finished, Shared, Work, WorkerMsg};
@@ -222,8 +222,10 @@ impl<'p> Owner<'p> {
 
     fn drive_passes(&mut self) -> Result<Ended, RunError> {
         self.observe(HookEventName::WorkflowStarted)?;
-        // The nodes still to run, in the order they are expected to launch.
-        let to_run: Vec<String> = crate::workflow::describe::node_order(&self.program)
+        // The nodes still to run, in the order they are expected to launch, with the cgroup
+        // their first attempt gets.
+        let contained = crate::containment::owner_root().is_ok();
+        let to_run: Vec<Ahead> = crate::workflow::describe::node_order(&self.program)
             .into_iter()
             .filter(|id| {
                 self.state
@@ -231,6 +233,22 @@ impl<'p> Owner<'p> {
                     .tasks
                     .get(id)
                     .is_some_and(|t| t.attempts.is_empty() && !t.state.is_terminal())
+            })
+            .map(|node| {
+                let command = self
+                    .program
+                    .root
+                    .nodes
+                    .binary_search_by(|n| n.id.as_str().cmp(&node))
+                    .is_ok_and(|i| {
+                        !matches!(
+                            self.program.root.nodes[i].execution,
+                            Execution::Agent { .. }
+                        )
+                    });
+                let cgroup =
+                    (contained && command).then(|| attempt_cgroup(self.run.id(), &node, 1));
+                Ahead { node, cgroup }
             })
             .collect();
         self.ahead = Some(DirsAhead::start(Arc::clone(&self.run), to_run));
@@ -344,14 +362,27 @@ impl<'p> Owner<'p> {
         let Some(ahead) = self.ahead.take() else {
             return;
         };
-        for node in ahead.finish() {
-            let started = self
-                .state
+        let started = |node: &str| {
+            self.state
                 .root()
                 .tasks
-                .get(&node)
-                .is_some_and(|t| !t.attempts.is_empty());
-            if !started && let Err(e) = self.run.remove_unused_node_dir(&node) {
+                .get(node)
+                .is_some_and(|t| !t.attempts.is_empty())
+        };
+        let unused = ahead.finish();
+        for (node, made) in unused.made {
+            // A cgroup made for an attempt that started is that attempt's to remove.
+            if !started(&node)
+                && let Some(cgroup) = made.cgroup
+                && let Err(e) = cgroup.remove()
+            {
+                tracing::warn!(node = %node, "cannot remove the unused cgroup: {e}");
+            }
+        }
+        for node in unused.created {
+            if !started(&node)
+                && let Err(e) = self.run.remove_unused_node_dir(&node)
+            {
                 tracing::warn!(node = %node, "cannot remove the unused node directory: {e}");
             }
         }
@@ -449,8 +480,13 @@ impl<'p> Owner<'p> {
         let budgets = &program.budgets;
         let rendered = match &node.execution {
             Execution::Command { argv0, args, .. } => {
-                template::render_argv(argv0, args, self.state.root(), budgets)
-                    .map(|argv| Work::Command { argv, cgroup: None })
+                template::render_argv(argv0, args, self.state.root(), budgets).map(|argv| {
+                    Work::Command {
+                        argv,
+                        cgroup: None,
+                        made: None,
+                    }
+                })
             }
             Execution::Shell {
                 executable,
@@ -465,7 +501,11 @@ impl<'p> Owner<'p> {
                 let total: u64 = argv.iter().map(|a| a.len() as u64 + 1).sum();
                 budgets
                     .check("expanded_argv_bytes", total)
-                    .map(|()| Work::Command { argv, cgroup: None })
+                    .map(|()| Work::Command {
+                        argv,
+                        cgroup: None,
+                        made: None,
+                    })
                     .map_err(|o| format!("argv: {o}"))
             }
             Execution::Agent { prompt, .. } => {
@@ -480,7 +520,7 @@ impl<'p> Owner<'p> {
         if let (Ok(Work::Command { cgroup, .. }), Ok(root)) =
             (&mut rendered, crate::containment::owner_root())
         {
-            let name = format!("{}.{id}.{attempt}", self.run.id());
+            let name = attempt_cgroup(self.run.id(), id, attempt);
             cgroup_path = Some(root.child_path(&name));
             *cgroup = Some(name);
         }
@@ -489,9 +529,32 @@ impl<'p> Owner<'p> {
             attempt,
             cgroup: cgroup_path,
         })?;
-        if let Some(ahead) = &self.ahead {
-            ahead.launched();
-        }
+        // What was made ahead for a first attempt goes to it.
+        let made = match &self.ahead {
+            Some(ahead) => {
+                ahead.launched();
+                (attempt == 1).then(|| ahead.take(id)).flatten()
+            }
+            None => None,
+        };
+        let rendered = match (rendered, made) {
+            (Ok(Work::Command { argv, cgroup, .. }), made) => {
+                Ok(Work::Command { argv, cgroup, made })
+            }
+            (
+                other,
+                Some(Made {
+                    cgroup: Some(c), ..
+                }),
+            ) => {
+                // Nothing of this attempt runs in it.
+                if let Err(e) = c.remove() {
+                    tracing::warn!(node = %id, "cannot remove the unused cgroup: {e}");
+                }
+                other
+            }
+            (other, _) => other,
+        };
         match rendered {
             Ok(work) => Ok(Some(Job {
                 index,
@@ -639,6 +702,11 @@ impl<'p> Owner<'p> {
         self.run.remove_cancel_request()?;
         Ok(acknowledge)
     }
+}
+
+/// The name (below the owner's root) of the cgroup a command attempt's tree runs in.
+pub(super) fn attempt_cgroup(run_id: &str, node: &str, attempt: u32) -> String {
+    format!("{run_id}.{node}.{attempt}")
 }
 
 /// The node a record is about, when it names one.

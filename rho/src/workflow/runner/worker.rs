@@ -152,6 +152,8 @@ pub(super) enum Work {
     Command {
         argv: Vec<String>,
         cgroup: Option<String>,
+        /// The attempt's directory and empty cgroup, when they were made ahead.
+        made: Option<super::ahead::Made>,
     },
     /// An agent node with its rendered prompt.
     Agent { prompt: String },
@@ -161,6 +163,8 @@ pub(super) enum Work {
 struct CommandWork<'a> {
     argv: Vec<String>,
     cgroup: Option<&'a str>,
+    /// The cgroup named `cgroup`, made ahead (empty, never used).
+    made_cgroup: Option<crate::containment::Cgroup>,
 }
 
 /// A message from a worker to the owner.
@@ -253,10 +257,18 @@ pub(super) fn run(
     let dir = AttemptDir::new(&shared.run, &node.id, attempt);
     let mut tail = Tail::default();
     let result = match work {
-        Work::Command { argv, cgroup } => {
+        Work::Command { argv, cgroup, made } => {
+            let made_cgroup = made.and_then(|made| {
+                let _ = dir.dir.set(made.dir);
+                made.cgroup
+            });
+            // Removed after the attempt's end however far it got (it may end before its
+            // tree is contained: a denial, a failed verification).
+            tail.cgroup.clone_from(&made_cgroup);
             let command = CommandWork {
                 argv,
                 cgroup: cgroup.as_deref(),
+                made_cgroup,
             };
             let parts = AttemptParts {
                 dir: &dir,
@@ -354,7 +366,11 @@ fn run_command(
     shared: &Shared,
     node: &Node,
     attempt: u32,
-    CommandWork { argv, cgroup }: CommandWork<'_>,
+    CommandWork {
+        argv,
+        cgroup,
+        made_cgroup,
+    }: CommandWork<'_>,
     AttemptParts {
         dir: attempt_dir,
         durable,
@@ -488,7 +504,7 @@ fn run_command(
     // This thread waits for the command below and lives until the run ends (the owner's
     // worker pool), so the child's parent-death signal may be bound to it.
     spec.launch_on_this_thread = true;
-    match contain_tree(shared, node, attempt, dir, cgroup) {
+    match contain_tree(shared, node, attempt, dir, cgroup, made_cgroup) {
         Ok(tree) => {
             // Removed by this worker after it reported the attempt's end, whatever ends it.
             if let Some(c) = tree.as_ref().and_then(crate::containment::Tree::cgroup) {
@@ -599,9 +615,13 @@ fn contain_tree(
     attempt: u32,
     dir: &PrivateDir,
     cgroup: Option<&str>,
+    made: Option<crate::containment::Cgroup>,
 ) -> Result<Option<crate::containment::Tree>, String> {
     use crate::containment::{self, Tree};
     if let Some(name) = cgroup {
+        if let Some(made) = made {
+            return Ok(Some(Tree::Cgroup(made)));
+        }
         return containment::owner_root()
             .and_then(|root| root.create(name))
             .map(|c| Some(Tree::Cgroup(c)))

@@ -707,8 +707,10 @@ impl RunDir {
     /// Creates `nodes/<node>/attempts/1/` ahead of the node's first attempt, so the attempt
     /// finds its directory made (until it starts, an attempt directory without
     /// `status.json` is one that has not ended, as for a running attempt). Returns whether
-    /// this call created `nodes/<node>/`; see [`RunDir::remove_unused_node_dir`].
-    pub fn prepare_node_dir(&self, node: &str) -> Result<bool, StoreError> {
+    /// this call created `nodes/<node>/` (see [`RunDir::remove_unused_node_dir`]) and the
+    /// open `attempts/1/`, which its attempt may use as [`RunDir::attempt_dir`] would
+    /// return it.
+    pub fn prepare_node_dir(&self, node: &str) -> Result<(bool, PrivateDir), StoreError> {
         self.check_node_name(node)?;
         let nodes = self.nodes()?;
         let created = match mkdirat(nodes.fd(), node, Mode::from_bits_truncate(0o700)) {
@@ -716,12 +718,12 @@ impl RunDir {
             Err(Errno::EEXIST) => false,
             Err(e) => return Err(StoreError::io("create", nodes.entry_path(node), e)),
         };
-        nodes
+        let first = nodes
             .open_private_dir(node)?
             .ok_or_else(|| StoreError::io("open", nodes.entry_path(node), Errno::ENOENT))?
             .ensure_private_dir("attempts")?
             .ensure_private_dir("1")?;
-        Ok(created)
+        Ok((created, first))
     }
 
     /// Removes `nodes/<node>/` when all it holds is an empty `attempts/` with at most an
