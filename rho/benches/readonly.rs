@@ -101,8 +101,9 @@ impl Setup {
     }
 }
 
-/// Plans (untimed), then times `run PLAN --yes`.
-fn time_rho(source: &str) -> Option<(f64, Setup)> {
+/// Plans (untimed), then times `run PLAN --yes`: wall seconds and CPU seconds (rho and its
+/// nodes).
+fn time_rho(source: &str) -> Option<(f64, f64, Setup)> {
     let setup = Setup::new();
     std::fs::write(setup.ws().join("wf.star"), source).expect("write");
     let (_, plan) = setup.rho(&["workflow", "plan", "wf.star"]);
@@ -118,12 +119,14 @@ fn time_rho(source: &str) -> Option<(f64, Setup)> {
         .find_map(|l| l.strip_prefix("plan_id: "))
         .expect("plan id")
         .to_owned();
+    let before = children_cpu();
     let (elapsed, out) = setup.rho(&["workflow", "run", &plan_id, "--yes"]);
+    let cpu = children_cpu() - before;
     if !out.status.success() {
         println!("run failed: {}", String::from_utf8_lossy(&out.stderr));
         return None;
     }
-    Some((elapsed.as_secs_f64(), setup))
+    Some((elapsed.as_secs_f64(), cpu, setup))
 }
 
 fn ninja_available() -> bool {
@@ -141,9 +144,11 @@ fn install_ninja() -> bool {
         && ninja_available()
 }
 
-fn time_ninja(n: usize) -> Option<(f64, tempfile::TempDir)> {
+/// Wall seconds and CPU seconds (ninja and its commands) of one build.
+fn time_ninja(n: usize) -> Option<(f64, f64, tempfile::TempDir)> {
     let dir = tempfile::tempdir().ok()?;
     std::fs::write(dir.path().join("build.ninja"), ninja_file(n)).ok()?;
+    let before = children_cpu();
     let start = Instant::now();
     let out = Command::new("ninja")
         .arg("-j2")
@@ -152,7 +157,8 @@ fn time_ninja(n: usize) -> Option<(f64, tempfile::TempDir)> {
         .output()
         .ok()?;
     let elapsed = start.elapsed().as_secs_f64();
-    out.status.success().then_some((elapsed, dir))
+    let cpu = children_cpu() - before;
+    out.status.success().then_some((elapsed, cpu, dir))
 }
 
 /// The median of some timings (the mean of the middle two for an even count).
@@ -168,6 +174,23 @@ fn median(times: &[f64]) -> f64 {
     } else {
         f64::midpoint(sorted[n / 2 - 1], sorted[n / 2])
     }
+}
+
+/// CPU seconds (user + system) used so far by this process's waited-for children and
+/// their descendants, from `/proc/self/stat` (in `USER_HZ`, 100 per second on Linux).
+fn children_cpu() -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    // Fields after the parenthesised command name; cutime and cstime are fields 16 and 17.
+    let rest = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|f| f.parse::<u32>().ok())
+            .unwrap_or(0)
+    };
+    // `rest` starts at field 3 (state): field N is at index N - 3.
+    (f64::from(ticks(13)) + f64::from(ticks(14))) / 100.0
 }
 
 fn main() {
@@ -190,13 +213,16 @@ fn main() {
 
     let wide = workflow(1000, "[\"true\"]", 2);
     let (mut rho_times, mut ninja_times, mut pairs) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut rho_cpu, mut ninja_cpu) = (Vec::new(), Vec::new());
     for _ in 0..reps {
         let rho = time_rho(&wide);
-        if let Some((t, setup)) = rho {
+        if let Some((t, cpu, setup)) = rho {
             rho_times.push(t);
+            rho_cpu.push(cpu);
             keep_rho.push(setup);
-            if ninja && let Some((n, dir)) = time_ninja(1000) {
+            if ninja && let Some((n, cpu, dir)) = time_ninja(1000) {
                 ninja_times.push(n);
+                ninja_cpu.push(cpu);
                 pairs.push(t / n);
                 keep_ninja.push(dir);
             }
@@ -220,6 +246,15 @@ fn main() {
                 median(&pairs),
                 pairs.len()
             );
+            // Wall time on a shared machine includes waiting for a core; CPU time is the
+            // work itself (the nodes' own processes included on both sides). At 2 lanes on
+            // 2 cores the wall ratio can only approach the CPU ratio when both lanes stay
+            // busy.
+            let (rc, nc) = (median(&rho_cpu), median(&ninja_cpu));
+            println!(
+                "  CPU per node rho {rc:.3} ms, ninja {nc:.3} ms (medians); rho/ninja CPU = {:.2}",
+                rc / nc
+            );
         }
     }
 
@@ -229,7 +264,7 @@ fn main() {
         let sleepers = workflow(5, "[\"sleep\", \"1\"]", lanes);
         let mut times = Vec::new();
         for _ in 0..reps {
-            if let Some((t, setup)) = time_rho(&sleepers) {
+            if let Some((t, _, setup)) = time_rho(&sleepers) {
                 times.push(t);
                 keep_rho.push(setup);
             }
