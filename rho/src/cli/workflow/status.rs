@@ -438,7 +438,13 @@ fn graph_program(run: &RunDir) -> Result<GraphProgram, CliError> {
 
 /// The `program` of `graph.json` bytes: typed when it reads as a program, else generic.
 fn program_of(bytes: &[u8]) -> Result<GraphProgram, serde_json::Error> {
-    if let Ok(graph) = serde_json::from_slice::<TypedGraph>(bytes) {
+    // As text checked to be UTF-8 in one pass (the byte reader checks each string and key
+    // on its own, which costs more); bytes that are not UTF-8 are left to the generic reader,
+    // which refuses them.
+    let typed = std::str::from_utf8(bytes)
+        .ok()
+        .and_then(|text| serde_json::from_str::<TypedGraph>(text).ok());
+    if let Some(graph) = typed {
         return Ok(GraphProgram::Typed(graph.program));
     }
     let mut graph: serde_json::Value = serde_json::from_slice(bytes)?;

@@ -183,7 +183,13 @@ fn vouched_snapshot(
     let Some(bytes) = run.read_state_bytes()? else {
         return Ok(None);
     };
-    let decode = || serde_json::from_slice::<State>(&bytes);
+    // Decoded as text checked to be UTF-8 in one pass: the byte reader checks every string
+    // and key on its own, which cost more than the one pass. Bytes that are not UTF-8 go to
+    // the byte reader, which refuses them as before.
+    let decode = || match std::str::from_utf8(&bytes) {
+        Ok(text) => serde_json::from_str::<State>(text),
+        Err(_) => serde_json::from_slice::<State>(&bytes),
+    };
     let (digest, decoded) = match cache {
         Some(cache) if !cache.is_empty() => {
             let digest = rho_ipc::digest::sha256_tagged(&bytes);
