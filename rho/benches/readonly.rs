@@ -12,6 +12,9 @@
 //! the figures are then not release figures).
 #![allow(clippy::unwrap_used, clippy::expect_used)] // bench code: a broken setup should panic
 
+mod shared;
+use shared::children_cpu;
+
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -174,23 +177,6 @@ fn median(times: &[f64]) -> f64 {
     } else {
         f64::midpoint(sorted[n / 2 - 1], sorted[n / 2])
     }
-}
-
-/// CPU seconds (user + system) used so far by this process's waited-for children and
-/// their descendants, from `/proc/self/stat` (in `USER_HZ`, 100 per second on Linux).
-fn children_cpu() -> f64 {
-    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
-    // Fields after the parenthesised command name; cutime and cstime are fields 16 and 17.
-    let rest = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    let ticks = |i: usize| {
-        fields
-            .get(i)
-            .and_then(|f| f.parse::<u32>().ok())
-            .unwrap_or(0)
-    };
-    // `rest` starts at field 3 (state): field N is at index N - 3.
-    (f64::from(ticks(13)) + f64::from(ticks(14))) / 100.0
 }
 
 fn main() {

@@ -14,6 +14,9 @@
 //! the next timed run made that run pay for the previous one's cleanup.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a broken setup should panic
 
+mod shared;
+use shared::children_cpu;
+
 use std::fmt::Write as _;
 
 use std::path::{Path, PathBuf};
@@ -110,23 +113,6 @@ impl Setup {
         let out = command.output().expect("rho runs");
         (start.elapsed(), out)
     }
-}
-
-/// CPU seconds (user + system) used so far by this process's waited-for children and
-/// their descendants, from `/proc/self/stat` (in `USER_HZ`, 100 per second on Linux).
-fn children_cpu() -> f64 {
-    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
-    // Fields after the parenthesised command name; cutime and cstime are fields 16 and 17.
-    let rest = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    let ticks = |i: usize| {
-        fields
-            .get(i)
-            .and_then(|f| f.parse::<u32>().ok())
-            .unwrap_or(0)
-    };
-    // `rest` starts at field 3 (state): field N is at index N - 3.
-    (f64::from(ticks(13)) + f64::from(ticks(14))) / 100.0
 }
 
 /// Plans (untimed), then times `run PLAN --yes`. Returns (seconds, run id, its setup); the
