@@ -88,6 +88,9 @@ pub fn serve<R: Read, W: Write>(
     mut output: W,
     probes_only: bool,
 ) -> Result<(), SessionError> {
+    // The evaluation thread builds the Starlark globals while the request is on its way.
+    // A worker that answers probes only never evaluates and does not start it.
+    let evaluator = (!probes_only).then(dsl::Evaluator::start);
     match read_host(&mut input)? {
         other @ HostMessage::Plan(_) if probes_only => {
             return Err(SessionError::Unexpected {
@@ -105,7 +108,8 @@ pub fn serve<R: Read, W: Write>(
         HostMessage::Plan(request) => {
             // A frame error inside the loader ends evaluation; keep it to report it as such.
             let mut broken: Option<SessionError> = None;
-            let answer = dsl::evaluate(&request, |module_request| {
+            let evaluator = evaluator.unwrap_or_else(dsl::Evaluator::start)?;
+            let answer = evaluator.evaluate(&request, |module_request| {
                 let label = module_request.label.clone();
                 let exchange = || -> Result<ModuleResponse, SessionError> {
                     write_message(

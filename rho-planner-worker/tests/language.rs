@@ -466,6 +466,29 @@ fn same_sources_give_the_same_workflow() {
 }
 
 #[test]
+fn an_evaluator_started_before_its_request_evaluates_it_and_an_unused_one_is_harmless() {
+    // Started and dropped without a request: its thread builds the globals and ends.
+    drop(dsl::Evaluator::start().expect("evaluation thread"));
+    let request = PlanRequest {
+        entry_label: ENTRY.to_owned(),
+        entry_source: entry(
+            "    return workflow(name = \"w\", nodes = [command(name = \"a\", argv = [\"true\"], timeout_seconds = 60, max_output_bytes = 1024)])",
+        ),
+        inputs: BTreeMap::new(),
+        budgets: Budgets::default(),
+    };
+    let evaluator = dsl::Evaluator::start().expect("evaluation thread");
+    let response = evaluator
+        .evaluate(&request, |req: ModuleRequest| {
+            panic!("no module was to be loaded, got {}", req.label)
+        })
+        .expect("evaluation answers");
+    let evaluated = workflow(response);
+    assert_eq!(evaluated.name, "w");
+    assert_eq!(evaluated.nodes.len(), 1);
+}
+
+#[test]
 fn syntax_error_names_file_line_and_column() {
     let d = diagnostic(run(
         "def build(inputs):\n    return workflow(name = \"x\", nodes = [\n\nWORKFLOW = 1\n",

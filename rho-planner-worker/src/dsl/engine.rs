@@ -68,15 +68,18 @@ pub(crate) struct Engine<'c, 'h> {
 }
 
 impl<'c, 'h> Engine<'c, 'h> {
+    /// An engine over `globals` (made by [`builtins::globals`], possibly before the request
+    /// arrived); the wall-time deadline runs from here.
     pub(crate) fn new(
         budgets: Budgets,
+        globals: Globals,
         context: &'c Context,
         host: &'h mut HostLoader<'h>,
     ) -> Self {
         let started = Instant::now();
         let deadline = started + std::time::Duration::from_millis(budgets.planner_wall_ms);
         Self {
-            globals: builtins::globals(),
+            globals,
             // Rho 1.47 evaluates the standard dialect, `lambda` included; the budgets
             // (ticks, heap, call stack) bound a lambda as they bound a `def`.
             dialect: Dialect::Standard,
