@@ -309,8 +309,17 @@ impl<'p> Owner<'p> {
                     self.start(job, &gate);
                 }
                 let synced = self.journal.sync();
-                gate.open(synced.is_ok());
+                let started = gate.open(synced.is_ok());
                 synced?;
+                // Started by this thread from the gate: their identity is journaled now,
+                // before any message of their workers is read.
+                for s in started {
+                    self.record(EventKind::Launched {
+                        node: s.node,
+                        attempt: s.attempt,
+                        process: s.process,
+                    })?;
+                }
             }
             // What this step printed goes out once its processes were let start.
             self.progress.flush();

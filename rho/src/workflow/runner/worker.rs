@@ -5,10 +5,11 @@
 //!
 //! Invariant: nothing of an attempt (its process, its agent) starts before the owner made
 //! its `launch_intended` durable (the worker prepares meanwhile, then waits for the pass's
-//! [`DurableGate`]), and the worker reports `Launched` before waiting so the process
-//! identity reaches the journal while the process may still run. Once its attempt is cancelled, whatever ends the attempt
-//! before a process runs (a refusal from an abandoned prompt included) ends it in
-//! `cancellation`.
+//! [`DurableGate`]), and the process identity reaches the journal while the process may
+//! still run: the owner journals it when it started the process from the gate, else the
+//! worker reports `Launched` before waiting. Once its attempt is cancelled, whatever ends
+//! the attempt before a process runs (a refusal from an abandoned prompt included) ends it
+//! in `cancellation`.
 
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -106,31 +107,106 @@ pub(super) struct Shared {
 /// checkout access, verification, directories) and waits for it right before anything of
 /// the attempt starts, so the owner's sync and the preparation overlap while no process
 /// ever precedes its durable record.
-#[derive(Debug, Default)]
+///
+/// A command prepared before the gate opened is handed to the gate ([`DurableGate::start`])
+/// and the owner starts it on its own thread right after the sync ([`DurableGate::open`]),
+/// then journals its process: on the path from the sync to the process there is then no
+/// wake-up of the worker, and the owner is not woken again for the `launched` record. The
+/// owner's thread lives until the run ends, after every attempt's process is gone, so the
+/// child's parent-death signal may be bound to it. A command prepared after the gate
+/// opened is started by its worker, as an agent always is.
+#[derive(Default)]
 pub(super) struct DurableGate {
-    durable: std::sync::Mutex<Option<bool>>,
+    state: std::sync::Mutex<GateState>,
     opened: std::sync::Condvar,
 }
 
+impl std::fmt::Debug for DurableGate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DurableGate").finish_non_exhaustive()
+    }
+}
+
+#[derive(Default)]
+struct GateState {
+    /// `None` until the owner opened the gate; then whether the records are durable.
+    durable: Option<bool>,
+    /// Commands handed over before the gate opened, by ticket.
+    parked: Vec<(u64, ParkedCommand)>,
+    /// What the owner's start of a handed-over command gave, by ticket.
+    started: Vec<(u64, Result<exec::RunningCommand, exec::ExecError>)>,
+    next_ticket: u64,
+}
+
+/// A prepared command waiting for the owner to start it.
+struct ParkedCommand {
+    node: String,
+    attempt: u32,
+    command: exec::PreparedCommand,
+}
+
+/// A process the owner started from the gate, to journal as `launched`.
+pub(super) struct StartedByOwner {
+    pub node: String,
+    pub attempt: u32,
+    pub process: ProcessIdentity,
+}
+
+/// How a prepared command got past the gate.
+enum Passed {
+    /// The records could not be made durable: nothing was started.
+    NotDurable,
+    /// Started on this worker's thread; its `launched` record is the worker's to report.
+    ByWorker(Result<exec::RunningCommand, exec::ExecError>),
+    /// Started by the owner, which journaled its `launched` record.
+    ByOwner(Result<exec::RunningCommand, exec::ExecError>),
+}
+
 impl DurableGate {
-    /// Records whether the pass's records are durable and wakes every waiting worker.
-    pub(super) fn open(&self, durable: bool) {
-        let mut state = self
-            .durable
+    fn lock(&self) -> std::sync::MutexGuard<'_, GateState> {
+        self.state
             .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        *state = Some(durable);
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Records whether the pass's records are durable, starts (on the calling thread, the
+    /// owner's) every command handed over before, and wakes every waiting worker. Returns
+    /// the processes started, for the owner to journal.
+    pub(super) fn open(&self, durable: bool) -> Vec<StartedByOwner> {
+        let parked = {
+            let mut state = self.lock();
+            state.durable = Some(durable);
+            std::mem::take(&mut state.parked)
+        };
+        let mut journal = Vec::new();
+        let mut started = Vec::with_capacity(parked.len());
+        if durable {
+            for (ticket, parked) in parked {
+                let result = launch_past_gate(parked.command);
+                if let Ok(running) = &result {
+                    journal.push(StartedByOwner {
+                        node: parked.node,
+                        attempt: parked.attempt,
+                        process: running.process(),
+                    });
+                }
+                started.push((ticket, result));
+            }
+        } else {
+            // Dropping a prepared command starts nothing; its workers find it gone.
+            drop(parked);
+        }
+        let mut state = self.lock();
+        state.started.extend(started);
         self.opened.notify_all();
+        journal
     }
 
     /// Blocks until the owner opened the gate; whether the records are durable.
     fn wait(&self) -> bool {
-        let mut state = self
-            .durable
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut state = self.lock();
         loop {
-            if let Some(durable) = *state {
+            if let Some(durable) = state.durable {
                 return durable;
             }
             state = self
@@ -139,6 +215,54 @@ impl DurableGate {
                 .unwrap_or_else(std::sync::PoisonError::into_inner);
         }
     }
+
+    /// Starts `command` once the records are durable: on this thread when the gate is
+    /// already open, else through the owner when it opens the gate.
+    fn start(&self, node: &str, attempt: u32, command: exec::PreparedCommand) -> Passed {
+        let mut state = self.lock();
+        let ticket = match state.durable {
+            Some(true) => {
+                drop(state);
+                return Passed::ByWorker(launch_past_gate(command));
+            }
+            Some(false) => return Passed::NotDurable,
+            None => {
+                let ticket = state.next_ticket;
+                state.next_ticket += 1;
+                state.parked.push((
+                    ticket,
+                    ParkedCommand {
+                        node: node.to_owned(),
+                        attempt,
+                        command,
+                    },
+                ));
+                ticket
+            }
+        };
+        loop {
+            if let Some(i) = state.started.iter().position(|(t, _)| *t == ticket) {
+                return Passed::ByOwner(state.started.swap_remove(i).1);
+            }
+            if state.durable == Some(false) {
+                return Passed::NotDurable;
+            }
+            state = self
+                .opened
+                .wait(state)
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+        }
+    }
+}
+
+/// Starts a command whose `launch_intended` record is durable.
+fn launch_past_gate(
+    command: exec::PreparedCommand,
+) -> Result<exec::RunningCommand, exec::ExecError> {
+    crate::workflow::crashpoint::reached("worker:spawn");
+    let running = command.launch();
+    crate::workflow::crashpoint::reached("worker:spawned");
+    running
 }
 
 /// Why an attempt whose record could not be made durable ends without starting.
@@ -502,7 +626,9 @@ fn run_command(
     spec.cancel = cancel.clone();
     spec.confinement = confinement;
     // This thread waits for the command below and lives until the run ends (the owner's
-    // worker pool), so the child's parent-death signal may be bound to it.
+    // worker pool), as does the owner's thread, which starts the command instead when it
+    // was prepared before the gate opened: the child's parent-death signal may be bound to
+    // either.
     spec.launch_on_this_thread = true;
     match contain_tree(shared, node, attempt, dir, cgroup, made_cgroup) {
         Ok(tree) => {
@@ -523,21 +649,22 @@ fn run_command(
         Ok(prepared) => prepared,
         Err(e) => return failed_unless_cancelled(cancel, format!("launch failed: {e}")),
     };
-    if !durable.wait() {
-        return Finished::failed(NOT_DURABLE);
-    }
-    crate::workflow::crashpoint::reached("worker:spawn");
-    let running = match prepared.launch() {
+    let (started, journaled) = match durable.start(&node.id, attempt, prepared) {
+        Passed::NotDurable => return Finished::failed(NOT_DURABLE),
+        Passed::ByWorker(started) => (started, false),
+        Passed::ByOwner(started) => (started, true),
+    };
+    let running = match started {
         Ok(running) => running,
         Err(e) => return failed_unless_cancelled(cancel, format!("launch failed: {e}")),
     };
-    crate::workflow::crashpoint::reached("worker:spawned");
-    let p = running.process();
-    let _ = tx.send(WorkerMsg::Launched {
-        node: node.id.clone(),
-        attempt,
-        process: p,
-    });
+    if !journaled {
+        let _ = tx.send(WorkerMsg::Launched {
+            node: node.id.clone(),
+            attempt,
+            process: running.process(),
+        });
+    }
     let outcome = running.wait();
     if contained
         && !matches!(outcome.exit, CommandExit::Abnormal(_))
@@ -882,7 +1009,108 @@ mod tests {
     use std::sync::mpsc::channel;
     use std::time::Duration;
 
-    use super::DurableGate;
+    use super::{DurableGate, Passed};
+    use crate::workflow::exec::{self, CommandExit, CommandSpec, PreparedCommand};
+
+    /// `/usr/bin/true`, verified and prepared (pipes, descriptors) but not started.
+    fn prepared_true(artifacts: &std::path::Path) -> PreparedCommand {
+        use rho_ipc::program::{FileIdentity, FileLocation, FrozenDirectory, FrozenExecutable};
+        use std::os::unix::fs::MetadataExt as _;
+        let path = std::path::Path::new("/usr/bin/true")
+            .canonicalize()
+            .unwrap();
+        let bytes = std::fs::read(&path).unwrap();
+        let meta = std::fs::metadata(&path).unwrap();
+        let program = FrozenExecutable {
+            file: FileIdentity {
+                location: FileLocation::Absolute {
+                    path: path.to_string_lossy().into_owned(),
+                    device: meta.dev(),
+                    inode: meta.ino(),
+                },
+                size: bytes.len() as u64,
+                sha256: rho_ipc::digest::sha256_tagged(&bytes),
+            },
+            interpreter: None,
+        };
+        let cwd = FrozenDirectory {
+            path: ".".to_owned(),
+        };
+        let launch = exec::verify(artifacts, &program, &cwd).unwrap();
+        let spec = CommandSpec::new(
+            vec!["true".into()],
+            Vec::new(),
+            Duration::from_secs(30),
+            1024,
+            artifacts.join("stdout"),
+            artifacts.join("stderr"),
+        );
+        exec::prepare(launch, spec).unwrap()
+    }
+
+    fn parked(gate: &DurableGate) -> usize {
+        gate.lock().parked.len()
+    }
+
+    #[test]
+    fn a_command_prepared_before_the_gate_opens_is_started_by_the_opener_once_durable() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().canonicalize().unwrap();
+        std::fs::create_dir(root.join("late")).unwrap();
+        let gate = Arc::new(DurableGate::default());
+        let worker = {
+            let gate = Arc::clone(&gate);
+            let prepared = prepared_true(&root);
+            std::thread::spawn(move || match gate.start("n", 1, prepared) {
+                Passed::ByOwner(Ok(running)) => Some((running.process(), running.wait().exit)),
+                Passed::ByOwner(Err(e)) => panic!("the owner's start failed: {e}"),
+                Passed::ByWorker(_) | Passed::NotDurable => None,
+            })
+        };
+        while parked(&gate) == 0 {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let started = gate.open(true);
+        assert_eq!(started.len(), 1, "the opener reports what it started");
+        assert_eq!((started[0].node.as_str(), started[0].attempt), ("n", 1));
+        let (process, exit) = worker
+            .join()
+            .unwrap()
+            .expect("the worker gets the command the owner started");
+        assert_eq!(process, started[0].process);
+        assert_eq!(exit, CommandExit::Code(0));
+        // Arriving after the gate opened, a worker starts its command itself.
+        let late = gate.start("m", 1, prepared_true(&root.join("late")));
+        match late {
+            Passed::ByWorker(Ok(running)) => assert_eq!(running.wait().exit, CommandExit::Code(0)),
+            _ => panic!("a late command must be started by its worker"),
+        }
+    }
+
+    #[test]
+    fn nothing_handed_to_the_gate_starts_when_the_records_are_not_durable() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().canonicalize().unwrap();
+        std::fs::create_dir(root.join("late")).unwrap();
+        let gate = Arc::new(DurableGate::default());
+        let worker = {
+            let gate = Arc::clone(&gate);
+            let prepared = prepared_true(&root);
+            std::thread::spawn(move || matches!(gate.start("n", 1, prepared), Passed::NotDurable))
+        };
+        while parked(&gate) == 0 {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert!(gate.open(false).is_empty(), "nothing was started");
+        assert!(
+            worker.join().unwrap(),
+            "the worker learns nothing was started"
+        );
+        assert!(matches!(
+            gate.start("m", 1, prepared_true(&root.join("late"))),
+            Passed::NotDurable
+        ));
+    }
 
     #[test]
     fn workers_wait_for_the_gate_and_learn_whether_the_records_are_durable() {
