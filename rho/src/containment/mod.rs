@@ -479,6 +479,12 @@ fn sweep_dead_owners(parent: &Path, own_name: &str) {
 /// Removes `dir` and every cgroup below it that is empty, deepest first; a populated one
 /// (and so its ancestors) stays.
 fn remove_empty_tree(dir: &Path) -> bool {
+    // Almost always a node's cgroup has no cgroup below it: one `rmdir` then, instead of
+    // listing it first (four more system calls per attempt). The kernel refuses to remove
+    // a cgroup with a child cgroup or a process, so a refusal falls back to the walk.
+    if fs::remove_dir(dir).is_ok() {
+        return true;
+    }
     let mut all = true;
     if let Ok(entries) = fs::read_dir(dir) {
         for entry in entries.flatten() {

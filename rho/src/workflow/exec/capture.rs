@@ -13,6 +13,7 @@ use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::ffi::OsStringExt as _;
 use std::os::unix::fs::OpenOptionsExt as _;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use nix::errno::Errno;
@@ -110,6 +111,8 @@ struct Stream {
     /// file is the most expensive step of a trivial launch.
     sink: Option<File>,
     path: PathBuf,
+    /// The open directory `path` is an entry of, when the caller has it.
+    dir: Option<Arc<OwnedFd>>,
     retained: u64,
     observed: u64,
     reached_end: bool,
@@ -125,12 +128,25 @@ struct Stream {
 }
 
 impl Stream {
-    fn new(pipe: OwnedFd, path: &Path, max: u64) -> Result<Self, ExecError> {
-        // Refuse an existing entry now (a cheap lstat); the lazy create_new still refuses
-        // one that appears later.
-        match std::fs::symlink_metadata(path) {
+    fn new(
+        pipe: OwnedFd,
+        path: &Path,
+        dir: Option<&Arc<OwnedFd>>,
+        max: u64,
+    ) -> Result<Self, ExecError> {
+        // Refuse an existing entry now (a cheap lstat, relative to the open directory when
+        // there is one); the lazy create_new still refuses one that appears later.
+        let existing = match (dir, path.file_name()) {
+            (Some(dir), Some(name)) => {
+                nix::sys::stat::fstatat(dir.as_fd(), name, nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW)
+                    .map(drop)
+                    .map_err(io::Error::from)
+            }
+            _ => std::fs::symlink_metadata(path).map(drop),
+        };
+        match existing {
             Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-            Ok(_) => {
+            Ok(()) => {
                 return Err(ExecError::Artifact {
                     path: path.to_owned(),
                     source: io::Error::from(io::ErrorKind::AlreadyExists),
@@ -147,6 +163,7 @@ impl Stream {
             pipe: Some(File::from(pipe)),
             sink: None,
             path: path.to_owned(),
+            dir: dir.cloned(),
             retained: 0,
             observed: 0,
             reached_end: false,
@@ -169,12 +186,27 @@ impl Stream {
 
     fn create_sink(&mut self) -> io::Result<&mut File> {
         if self.sink.is_none() {
-            let file = OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .mode(0o600)
-                .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-                .open(&self.path)?;
+            let file = match (&self.dir, self.path.file_name()) {
+                (Some(dir), Some(name)) => File::from(
+                    nix::fcntl::openat(
+                        dir.as_fd(),
+                        name,
+                        OFlag::O_WRONLY
+                            | OFlag::O_CREAT
+                            | OFlag::O_EXCL
+                            | OFlag::O_NOFOLLOW
+                            | OFlag::O_CLOEXEC,
+                        nix::sys::stat::Mode::from_bits_truncate(0o600),
+                    )
+                    .map_err(io::Error::from)?,
+                ),
+                _ => OpenOptions::new()
+                    .write(true)
+                    .create_new(true)
+                    .mode(0o600)
+                    .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+                    .open(&self.path)?,
+            };
             self.sink = Some(file);
         }
         self.sink
@@ -379,8 +411,9 @@ pub(super) fn prepare(launch: Verified, spec: CommandSpec) -> Result<Prepared, E
     let (err_r, err_w) = pipe2(OFlag::O_CLOEXEC).map_err(|e| setup("stderr pipe")(e.into()))?;
     let out_w = above_stdio(out_w).map_err(setup("stdout pipe"))?;
     let err_w = above_stdio(err_w).map_err(setup("stderr pipe"))?;
-    let stdout = Stream::new(out_r, &spec.stdout_path, spec.max_output_bytes)?;
-    let stderr = Stream::new(err_r, &spec.stderr_path, spec.max_output_bytes)?;
+    let dir = spec.artifact_dir.as_ref();
+    let stdout = Stream::new(out_r, &spec.stdout_path, dir, spec.max_output_bytes)?;
+    let stderr = Stream::new(err_r, &spec.stderr_path, dir, spec.max_output_bytes)?;
     let join = match &spec.containment {
         Some(tree) => tree.join_handle().map_err(|e| ExecError::Setup {
             what: "opening the node's cgroup",

@@ -205,6 +205,10 @@ pub struct CommandSpec {
     /// created it ends (the workflow runner's worker threads wait for their command and
     /// live until the run ends).
     pub launch_on_this_thread: bool,
+    /// The directory `stdout_path` and `stderr_path` name entries of, already open: the
+    /// artifacts are then checked and created relative to it, without walking their paths
+    /// again (`None`: by path).
+    pub artifact_dir: Option<Arc<std::os::fd::OwnedFd>>,
     /// Leaves the removal of an emptied cgroup to the caller (who removes it once it
     /// reported the command's end, off the path to the next launch). The tree is still
     /// killed and checked empty before the leader is reaped; only the `rmdir` moves.
@@ -233,6 +237,7 @@ impl CommandSpec {
             confinement: None,
             containment: None,
             launch_on_this_thread: false,
+            artifact_dir: None,
             caller_removes_cgroup: false,
         }
     }

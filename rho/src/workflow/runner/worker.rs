@@ -624,6 +624,7 @@ fn run_command(
         dir.entry_path("stderr"),
     );
     spec.cancel = cancel.clone();
+    spec.artifact_dir = Some(dir.shared_fd());
     spec.confinement = confinement;
     // This thread waits for the command below and lives until the run ends (the owner's
     // worker pool), as does the owner's thread, which starts the command instead when it

@@ -29,7 +29,8 @@ pub const TEMP_PREFIX: &str = ".tmp-";
 /// A checked private directory of the store.
 #[derive(Debug)]
 pub struct PrivateDir {
-    fd: OwnedFd,
+    /// Shared with whoever holds [`PrivateDir::shared_fd`].
+    fd: std::sync::Arc<OwnedFd>,
     path: PathBuf,
 }
 
@@ -114,7 +115,7 @@ impl PrivateDir {
             });
         }
         Ok(Some(Self {
-            fd,
+            fd: std::sync::Arc::new(fd),
             path: root.to_owned(),
         }))
     }
@@ -127,6 +128,12 @@ impl PrivateDir {
     /// The directory's descriptor.
     pub fn fd(&self) -> BorrowedFd<'_> {
         self.fd.as_fd()
+    }
+
+    /// The directory's descriptor, for a holder that may outlive this value (the same open
+    /// directory, not a path to it).
+    pub fn shared_fd(&self) -> std::sync::Arc<OwnedFd> {
+        std::sync::Arc::clone(&self.fd)
     }
 
     /// The path of an entry (for messages only).
@@ -176,7 +183,10 @@ impl PrivateDir {
         };
         let facts = FileFacts::of(fd.as_fd()).map_err(|e| StoreError::io("inspect", &path, e))?;
         check_private(&path, &facts)?;
-        Ok(Some(PrivateDir { fd, path }))
+        Ok(Some(PrivateDir {
+            fd: std::sync::Arc::new(fd),
+            path,
+        }))
     }
 
     /// Checks the entry `name` without following it: not a link, owned by the current user,
@@ -356,7 +366,7 @@ impl PrivateDir {
             )
             .map_err(|e| StoreError::io("open", &path, e))?;
             let child = PrivateDir {
-                fd,
+                fd: std::sync::Arc::new(fd),
                 path: path.clone(),
             };
             for entry in child.all_entries()? {
