@@ -249,6 +249,51 @@ fn a_missing_worker_is_an_operational_error() {
 }
 
 #[test]
+fn the_hosts_checks_come_before_the_workers_errors_and_leave_no_worker_behind() {
+    // The worker is started before the host's own checks of the entry file (they overlap
+    // its start-up), but their errors still come first, and a worker started for nothing
+    // is ended. The entry here is a symbolic link, which planning refuses.
+    let entry = |env: &Env| {
+        env.write("real.star", &workflow(&[cmd("a", "[\"true\"]", "")], ""));
+        std::os::unix::fs::symlink(env.ws.join("real.star"), env.ws.join("w.star")).unwrap();
+    };
+    let refused = |run: &plan_support::Run| {
+        assert_eq!(run.code, 2, "{}", run.stderr);
+        assert!(run.stderr.contains("is a symbolic link"), "{}", run.stderr);
+    };
+
+    let mut env = Env::new();
+    entry(&env);
+    env.vars.push((
+        "RHO_PLANNER_WORKER".to_owned(),
+        "/nonexistent/rho-planner-worker".to_owned(),
+    ));
+    refused(&env.rho(&["workflow", "validate", "w.star"]));
+
+    // A worker that would outlive rho, recognisable by its command line at any stage.
+    let mut env = Env::new();
+    entry(&env);
+    let marker = format!("30.{}", std::process::id());
+    let fake = env.write(
+        "fake-worker.sh",
+        &format!("#!/bin/sh\nexec sleep {marker}\n"),
+    );
+    std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
+    env.vars
+        .push(("RHO_PLANNER_WORKER".to_owned(), fake.display().to_string()));
+    refused(&env.rho(&["workflow", "validate", "w.star"]));
+    let fake = fake.display().to_string();
+    let survivors: Vec<String> = std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|entry| std::fs::read(entry.path().join("cmdline")).ok())
+        .map(|cmdline| String::from_utf8_lossy(&cmdline).replace('\0', " "))
+        .filter(|cmdline| cmdline.contains(&fake) || cmdline.contains(&marker))
+        .collect();
+    assert!(survivors.is_empty(), "outlived rho: {survivors:?}");
+}
+
+#[test]
 fn a_crashing_worker_is_a_planning_error_with_its_stderr() {
     let mut env = Env::new();
     env.write("w.star", &workflow(&[cmd("a", "[\"true\"]", "")], ""));

@@ -31,7 +31,7 @@ use rho_ipc::message::{
 use rho_ipc::program::{FrozenProgram, SchedulerSettings};
 
 use self::modules::{ModuleService, ServedSource};
-use self::worker::{Conversation, WorkerCommand, WorkerError};
+use self::worker::{Conversation, Spawned, WorkerCommand, WorkerError};
 use crate::agents::CatalogSources;
 use crate::config::{Config, ConfigError};
 use crate::paths::RhoHome;
@@ -405,6 +405,16 @@ pub fn plan(input: &PlanInput<'_>) -> Result<Planned, PlanError> {
     let settings = PlanSettings::from_config(input.config)?;
     let budgets = &settings.budgets;
 
+    // The worker starts and hardens (a few milliseconds) while the host does its own checks
+    // below. Its failure to start is reported only after them, in the order the checks ran
+    // before; a worker spawned for a plan that fails those checks is killed when dropped.
+    let worker = WorkerCommand::locate(
+        input.process.worker.as_deref(),
+        input.process.sandbox.as_deref(),
+        budgets,
+    )
+    .and_then(|command| Conversation::spawn(&command).map(|spawned| (command, spawned)));
+
     // The entry file: its canonical path must lie inside the workspace.
     let entry = entry_file(input.file, input.workspace)?;
     let workspace_fd = open_dir(input.workspace).map_err(|source| PlanError::Workspace {
@@ -432,14 +442,11 @@ pub fn plan(input: &PlanInput<'_>) -> Result<Planned, PlanError> {
     }
 
     // Evaluate in the worker.
-    let command = WorkerCommand::locate(
-        input.process.worker.as_deref(),
-        input.process.sandbox.as_deref(),
-        budgets,
-    )?;
+    let (command, spawned) = worker?;
     // `_worker` is killed already; it is reaped when dropped at the end of this function.
     let (workflow, hardening, _worker) = evaluate(
         &command,
+        spawned,
         &mut service,
         &entry.label,
         entry_source.text,
@@ -638,13 +645,14 @@ fn is_symlink(path: &Path) -> bool {
 /// the worker's group already killed: the caller drops it (reaping the worker) when done.
 fn evaluate(
     command: &WorkerCommand,
+    spawned: Spawned,
     service: &mut ModuleService<'_>,
     entry_label: &str,
     entry_source: String,
     inputs: BTreeMap<String, Data>,
     budgets: &Budgets,
 ) -> Result<(EvaluatedWorkflow, HardeningReport, Conversation), PlanError> {
-    let (mut conversation, hardening) = Conversation::start(command)?;
+    let (mut conversation, hardening) = spawned.hardened(command)?;
     conversation.send(HostMessage::Plan(PlanRequest {
         entry_label: entry_label.to_owned(),
         entry_source,

@@ -316,6 +316,13 @@ impl Conversation {
     /// naming the missing protections; in best-effort mode the report is returned with its
     /// gaps for the caller to record and warn about.
     pub fn start(command: &WorkerCommand) -> Result<(Self, HardeningReport), WorkerError> {
+        Self::spawn(command)?.hardened(command)
+    }
+
+    /// Spawns the worker (with its watchdog and stderr drain) without waiting for it: the
+    /// caller may do its own work while the worker starts and hardens, then reads the report
+    /// with [`Spawned::hardened`]. Nothing can be sent before that.
+    pub fn spawn(command: &WorkerCommand) -> Result<Spawned, WorkerError> {
         let started = Instant::now();
         let mut child = Command::new(&command.program)
             .args(command.args())
@@ -369,7 +376,7 @@ impl Conversation {
                 });
             }
         };
-        let mut conversation = Self {
+        Ok(Spawned(Self {
             child,
             pgid,
             stdin: Some(BufWriter::new(stdin)),
@@ -380,46 +387,7 @@ impl Conversation {
             wall_ms: command.wall_ms,
             address_space_bytes: command.address_space_bytes,
             reaped: None,
-        };
-        let report = match conversation.receive()? {
-            WorkerMessage::Hardening(report) => report,
-            other => {
-                let problem = format!("expected a hardening report first, got {}", kind_of(&other));
-                return Err(conversation.fail_protocol(problem));
-            }
-        };
-        // A report that leaves a protection out would read as "nothing missing", and one of
-        // another mode would hide a downgrade: refuse both before anything is sent.
-        if let Err(problem) = report.check_complete(command.mode) {
-            conversation.shutdown();
-            return Err(WorkerError::BadReport { problem });
-        }
-        if let Some(reason) = &report.refused {
-            let missing = report.missing().into_iter().map(str::to_owned).collect();
-            let reason = reason.clone();
-            conversation.shutdown();
-            return Err(WorkerError::SandboxRefused { reason, missing });
-        }
-        if let Some(omit) = command.omit
-            && report
-                .protections
-                .iter()
-                .any(|p| p.name == omit && p.applied)
-        {
-            conversation.shutdown();
-            return Err(WorkerError::BadReport {
-                problem: format!("`{omit}` was to be left out but is reported applied"),
-            });
-        }
-        if command.mode == SandboxMode::Required && !report.missing().is_empty() {
-            let missing: Vec<String> = report.missing().into_iter().map(str::to_owned).collect();
-            conversation.shutdown();
-            return Err(WorkerError::SandboxRefused {
-                reason: "the worker reported missing protections without refusing".to_owned(),
-                missing,
-            });
-        }
-        Ok((conversation, report))
+        }))
     }
 
     /// The worker's process id (for reading its `/proc` entry while it lives).
@@ -581,6 +549,67 @@ impl Conversation {
         let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
         let start = lines.len().saturating_sub(STDERR_TAIL_LINES);
         lines[start..].iter().map(|l| (*l).to_owned()).collect()
+    }
+}
+
+/// A worker spawned but not heard from yet: its hardening report is still to come. Dropping
+/// it kills the worker's group and reaps it, like dropping a [`Conversation`].
+pub struct Spawned(Conversation);
+
+impl std::fmt::Debug for Spawned {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("Spawned").field(&self.0).finish()
+    }
+}
+
+impl Spawned {
+    /// Reads and checks the hardening report of a worker spawned with `command`: a refused
+    /// or incomplete report is an error (the worker is killed and reaped); in best-effort
+    /// mode the report is returned with its gaps for the caller to record and warn about.
+    pub fn hardened(
+        self,
+        command: &WorkerCommand,
+    ) -> Result<(Conversation, HardeningReport), WorkerError> {
+        let mut conversation = self.0;
+        let report = match conversation.receive()? {
+            WorkerMessage::Hardening(report) => report,
+            other => {
+                let problem = format!("expected a hardening report first, got {}", kind_of(&other));
+                return Err(conversation.fail_protocol(problem));
+            }
+        };
+        // A report that leaves a protection out would read as "nothing missing", and one of
+        // another mode would hide a downgrade: refuse both before anything is sent.
+        if let Err(problem) = report.check_complete(command.mode) {
+            conversation.shutdown();
+            return Err(WorkerError::BadReport { problem });
+        }
+        if let Some(reason) = &report.refused {
+            let missing = report.missing().into_iter().map(str::to_owned).collect();
+            let reason = reason.clone();
+            conversation.shutdown();
+            return Err(WorkerError::SandboxRefused { reason, missing });
+        }
+        if let Some(omit) = command.omit
+            && report
+                .protections
+                .iter()
+                .any(|p| p.name == omit && p.applied)
+        {
+            conversation.shutdown();
+            return Err(WorkerError::BadReport {
+                problem: format!("`{omit}` was to be left out but is reported applied"),
+            });
+        }
+        if command.mode == SandboxMode::Required && !report.missing().is_empty() {
+            let missing: Vec<String> = report.missing().into_iter().map(str::to_owned).collect();
+            conversation.shutdown();
+            return Err(WorkerError::SandboxRefused {
+                reason: "the worker reported missing protections without refusing".to_owned(),
+                missing,
+            });
+        }
+        Ok((conversation, report))
     }
 }
 
