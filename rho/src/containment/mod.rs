@@ -4,9 +4,11 @@
 //! Where this process can create cgroups (a delegated, writable cgroup v2 hierarchy: found
 //! from `/proc/self/cgroup` and `/proc/self/mountinfo`, not assumed), it keeps them under
 //! one directory of its own, `<its cgroup>/rho-<pid>-<start time>` ([`OwnerRoot`]). Each
-//! contained tree gets a [`Cgroup`] below it; a child joins it between `fork` and `exec` by
-//! writing `0` to a `cgroup.procs` descriptor opened beforehand ([`Cgroup::join_handle`]),
-//! so nothing the child starts can ever be outside it. Stopping writes `cgroup.kill`, which
+//! contained tree gets a [`Cgroup`] below it. The executor's spawner creates a child inside
+//! it (`clone3` with `CLONE_INTO_CGROUP` and [`Cgroup::dir_handle`]); other children join
+//! it between `fork` and `exec` by writing `0` to a `cgroup.procs` descriptor opened
+//! beforehand ([`Cgroup::join_handle`]). Either way nothing the child starts can ever be
+//! outside it. Stopping writes `cgroup.kill`, which
 //! reaches every member at once however it detached. The executor's guardian holds the
 //! owner root's `cgroup.kill` too, so every tree dies with the owner.
 //!
@@ -267,6 +269,15 @@ impl Tree {
         match self {
             Tree::Cgroup(c) => Some(c),
             Tree::Tracked(_) => None,
+        }
+    }
+
+    /// The directory of the tree's cgroup, for the executor's spawner to create a child
+    /// in it (see [`Cgroup::dir_handle`]); `None` for a tracked tree.
+    pub fn dir_handle(&self) -> Result<Option<OwnedFd>, ContainmentError> {
+        match self {
+            Tree::Cgroup(c) => c.dir_handle().map(Some),
+            Tree::Tracked(_) => Ok(None),
         }
     }
 
@@ -540,6 +551,18 @@ impl Cgroup {
     /// The hierarchy path, as durable records name it.
     pub fn path(&self) -> &str {
         &self.path
+    }
+
+    /// The cgroup's directory, opened for reading: a child created with `clone3`'s
+    /// `CLONE_INTO_CGROUP` and this descriptor starts inside the cgroup (the executor's
+    /// spawner does; it falls back to [`Cgroup::join_handle`]'s way through it).
+    pub fn dir_handle(&self) -> Result<OwnedFd, ContainmentError> {
+        OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_CLOEXEC | libc::O_DIRECTORY | libc::O_NOFOLLOW)
+            .open(&self.dir)
+            .map(OwnedFd::from)
+            .map_err(|e| ContainmentError::io("open", &self.dir, &e))
     }
 
     /// `cgroup.procs`, opened for writing: a child that writes `0` to it between `fork` and

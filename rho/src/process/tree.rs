@@ -155,10 +155,11 @@ pub fn launch_shell(
         stdout_fd: out_w.as_raw_fd(),
         stderr_fd: err_w.as_raw_fd(),
         confinement,
-        cgroup_procs_fd: join.as_ref().map(AsRawFd::as_raw_fd),
+        cgroup_fd: join.as_ref().map(AsRawFd::as_raw_fd),
         tree_tag: cgroup
             .as_ref()
             .and_then(crate::containment::Tree::leader_tag),
+        ignored_signals: spawner::ignored_signals(),
     })?;
     if let Some(tree) = &cgroup {
         match crate::workflow::exec::process_start_time(child.pid) {
@@ -195,7 +196,7 @@ fn tree_cgroup() -> (Option<crate::containment::Tree>, Option<OwnedFd>) {
             return (None, None);
         }
     };
-    match tree.join_handle() {
+    match tree.dir_handle() {
         Ok(join) => (Some(tree), join),
         Err(e) => {
             tracing::warn!(error = %e, "cannot open a background shell's cgroup for joining");

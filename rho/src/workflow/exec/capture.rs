@@ -386,7 +386,7 @@ pub(super) struct Prepared {
     stderr: Stream,
     /// The child's ends: only the child holds them once it started.
     child_ends: (OwnedFd, OwnedFd, OwnedFd),
-    /// `cgroup.procs` of the tree's cgroup, closed once the child joined it.
+    /// The directory of the tree's cgroup, closed once the child was created in it.
     join: Option<OwnedFd>,
 }
 
@@ -415,7 +415,7 @@ pub(super) fn prepare(launch: Verified, spec: CommandSpec) -> Result<Prepared, E
     let stdout = Stream::new(out_r, &spec.stdout_path, dir, spec.max_output_bytes)?;
     let stderr = Stream::new(err_r, &spec.stderr_path, dir, spec.max_output_bytes)?;
     let join = match &spec.containment {
-        Some(tree) => tree.join_handle().map_err(|e| ExecError::Setup {
+        Some(tree) => tree.dir_handle().map_err(|e| ExecError::Setup {
             what: "opening the node's cgroup",
             source: io::Error::other(e.to_string()),
         })?,
@@ -431,8 +431,9 @@ pub(super) fn prepare(launch: Verified, spec: CommandSpec) -> Result<Prepared, E
         stdout_fd: out_w.as_raw_fd(),
         stderr_fd: err_w.as_raw_fd(),
         confinement: spec.confinement.clone(),
-        cgroup_procs_fd: join.as_ref().map(AsRawFd::as_raw_fd),
+        cgroup_fd: join.as_ref().map(AsRawFd::as_raw_fd),
         tree_tag: spec.containment.as_ref().and_then(Tree::leader_tag),
+        ignored_signals: spawner::ignored_signals(),
     };
     Ok(Prepared {
         launch,
