@@ -1101,6 +1101,63 @@ mod tests {
             .join(" ")
     }
 
+    /// A descriptor for a test launch, close-on-exec.
+    fn open(path: &str, flags: libc::c_int) -> OwnedFd {
+        let c = CString::new(path).unwrap();
+        // SAFETY: a NUL-terminated path; the descriptor is owned below.
+        let fd = unsafe { libc::open(c.as_ptr(), flags | libc::O_CLOEXEC) };
+        assert!(fd >= 0, "open {path}");
+        // SAFETY: just returned by open.
+        unsafe { OwnedFd::from_raw_fd(fd) }
+    }
+
+    /// How a test launch runs: the program, its arguments and what the request carries.
+    struct TestLaunch<'a> {
+        program: &'a str,
+        argv: &'a [&'a str],
+        confinement: Option<std::sync::Arc<crate::confinement::Confinement>>,
+        cgroup_fd: Option<RawFd>,
+        ignored_signals: u64,
+    }
+
+    /// Launches `test` through `start` with stdout and stderr on one pipe, and returns what
+    /// it printed once it exited with status 0.
+    fn output_of(
+        start: fn(LaunchRequest) -> Result<Child, ExecError>,
+        test: TestLaunch<'_>,
+    ) -> String {
+        let program = open(test.program, libc::O_PATH);
+        let cwd = open("/", libc::O_PATH | libc::O_DIRECTORY);
+        let stdin = open("/dev/null", libc::O_RDONLY);
+        let (read, write) = pipe2(OFlag::O_CLOEXEC).unwrap();
+        let child = start(LaunchRequest {
+            argv: test
+                .argv
+                .iter()
+                .map(|a| CString::new(*a).unwrap())
+                .collect(),
+            envp: Vec::new(),
+            exec_fd: program.as_raw_fd(),
+            script_fd: None,
+            cwd_fd: cwd.as_raw_fd(),
+            stdin_fd: stdin.as_raw_fd(),
+            stdout_fd: write.as_raw_fd(),
+            stderr_fd: write.as_raw_fd(),
+            confinement: test.confinement,
+            cgroup_fd: test.cgroup_fd,
+            tree_tag: None,
+            ignored_signals: test.ignored_signals,
+        })
+        .unwrap();
+        drop(write);
+        let mut out = String::new();
+        std::io::Read::read_to_string(&mut std::fs::File::from(read), &mut out).unwrap();
+        child.slot.release();
+        let status = reap_blocking(child.pid).unwrap();
+        assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0);
+        out
+    }
+
     /// The children of a filtered launcher run under its program (checked by the child before
     /// `execveat`, read back here from the child's own status), while the thread that asked
     /// for the launch, like every thread but the launcher, stays unfiltered.
@@ -1128,14 +1185,6 @@ mod tests {
         let confinement = std::sync::Arc::new(
             Confinement::prepare(&confined, std::path::Path::new("/")).unwrap(),
         );
-        let open = |path: &str, flags: libc::c_int| {
-            let c = CString::new(path).unwrap();
-            // SAFETY: a NUL-terminated path; the descriptor is owned below.
-            let fd = unsafe { libc::open(c.as_ptr(), flags | libc::O_CLOEXEC) };
-            assert!(fd >= 0, "open {path}");
-            // SAFETY: just returned by open.
-            unsafe { OwnedFd::from_raw_fd(fd) }
-        };
         let mine = |l: &&FilteredLauncher| Some(&l.program) == confinement.filter_program();
         let launchers = || {
             FILTERED_LAUNCHERS
@@ -1157,34 +1206,16 @@ mod tests {
                     l.busy.store(true, Ordering::Release);
                 }
             }
-            let program = open("/bin/sh", libc::O_PATH);
-            let cwd = open("/", libc::O_PATH | libc::O_DIRECTORY);
-            let stdin = open("/dev/null", libc::O_RDONLY);
-            let (read, write) = pipe2(OFlag::O_CLOEXEC).unwrap();
-            let child = launch_filtered(LaunchRequest {
-                argv: ["sh", "-c", "cat /proc/self/status"]
-                    .iter()
-                    .map(|a| CString::new(*a).unwrap())
-                    .collect(),
-                envp: Vec::new(),
-                exec_fd: program.as_raw_fd(),
-                script_fd: None,
-                cwd_fd: cwd.as_raw_fd(),
-                stdin_fd: stdin.as_raw_fd(),
-                stdout_fd: write.as_raw_fd(),
-                stderr_fd: write.as_raw_fd(),
-                confinement: Some(std::sync::Arc::clone(&confinement)),
-                cgroup_fd: None,
-                tree_tag: None,
-                ignored_signals: ignored_signals(),
-            })
-            .unwrap();
-            drop(write);
-            let mut out = String::new();
-            std::io::Read::read_to_string(&mut std::fs::File::from(read), &mut out).unwrap();
-            child.slot.release();
-            let status = reap_blocking(child.pid).unwrap();
-            assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0);
+            let out = output_of(
+                launch_filtered,
+                TestLaunch {
+                    program: "/bin/sh",
+                    argv: &["sh", "-c", "cat /proc/self/status"],
+                    confinement: Some(std::sync::Arc::clone(&confinement)),
+                    cgroup_fd: None,
+                    ignored_signals: ignored_signals(),
+                },
+            );
             assert_eq!(
                 seccomp_mode_line(&out),
                 "Seccomp: 2",
@@ -1222,42 +1253,16 @@ mod tests {
             0,
             "SIGPIPE is ignored here"
         );
-        let open = |path: &str, flags: libc::c_int| {
-            let c = CString::new(path).unwrap();
-            // SAFETY: open of a constant path; the test owns the descriptor.
-            let fd = unsafe { libc::open(c.as_ptr(), flags | libc::O_CLOEXEC) };
-            assert!(fd >= 0, "open {path}");
-            // SAFETY: a fresh descriptor.
-            unsafe { OwnedFd::from_raw_fd(fd) }
-        };
-        let program = open("/bin/cat", libc::O_PATH);
-        let cwd = open("/", libc::O_PATH | libc::O_DIRECTORY);
-        let stdin = open("/dev/null", libc::O_RDONLY);
-        let (read, write) = pipe2(OFlag::O_CLOEXEC).unwrap();
-        let child = launch(LaunchRequest {
-            argv: ["cat", "/proc/self/status"]
-                .iter()
-                .map(|a| CString::new(*a).unwrap())
-                .collect(),
-            envp: Vec::new(),
-            exec_fd: program.as_raw_fd(),
-            script_fd: None,
-            cwd_fd: cwd.as_raw_fd(),
-            stdin_fd: stdin.as_raw_fd(),
-            stdout_fd: write.as_raw_fd(),
-            stderr_fd: write.as_raw_fd(),
-            confinement: None,
-            cgroup_fd: None,
-            tree_tag: None,
-            ignored_signals: ignored,
-        })
-        .unwrap();
-        drop(write);
-        let mut out = String::new();
-        std::io::Read::read_to_string(&mut std::fs::File::from(read), &mut out).unwrap();
-        child.slot.release();
-        let status = reap_blocking(child.pid).unwrap();
-        assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0);
+        let out = output_of(
+            launch,
+            TestLaunch {
+                program: "/bin/cat",
+                argv: &["cat", "/proc/self/status"],
+                confinement: None,
+                cgroup_fd: None,
+                ignored_signals: ignored,
+            },
+        );
         let child_ignored = out
             .lines()
             .find_map(|l| l.strip_prefix("SigIgn:"))
@@ -1274,14 +1279,6 @@ mod tests {
             crate::confinement::skip_unless_required("no delegated cgroup v2 hierarchy here");
             return;
         };
-        let open = |path: &str, flags: libc::c_int| {
-            let c = CString::new(path).unwrap();
-            // SAFETY: open of a constant path; the test owns the descriptor.
-            let fd = unsafe { libc::open(c.as_ptr(), flags | libc::O_CLOEXEC) };
-            assert!(fd >= 0, "open {path}");
-            // SAFETY: a fresh descriptor.
-            unsafe { OwnedFd::from_raw_fd(fd) }
-        };
         let supported = CLONE_INTO_CGROUP.load(Ordering::Relaxed);
         for into in [true, false] {
             if into && !supported {
@@ -1294,34 +1291,16 @@ mod tests {
             let name = format!("spawner-test-{}-{into}", std::process::id());
             let cgroup = root.create(&name).unwrap();
             let dir = cgroup.dir_handle().unwrap();
-            let program = open("/bin/cat", libc::O_PATH);
-            let cwd = open("/", libc::O_PATH | libc::O_DIRECTORY);
-            let stdin = open("/dev/null", libc::O_RDONLY);
-            let (read, write) = pipe2(OFlag::O_CLOEXEC).unwrap();
-            let child = launch(LaunchRequest {
-                argv: ["cat", "/proc/self/cgroup"]
-                    .iter()
-                    .map(|a| CString::new(*a).unwrap())
-                    .collect(),
-                envp: Vec::new(),
-                exec_fd: program.as_raw_fd(),
-                script_fd: None,
-                cwd_fd: cwd.as_raw_fd(),
-                stdin_fd: stdin.as_raw_fd(),
-                stdout_fd: write.as_raw_fd(),
-                stderr_fd: write.as_raw_fd(),
-                confinement: None,
-                cgroup_fd: Some(dir.as_raw_fd()),
-                tree_tag: None,
-                ignored_signals: ignored_signals(),
-            })
-            .unwrap();
-            drop(write);
-            let mut out = String::new();
-            std::io::Read::read_to_string(&mut std::fs::File::from(read), &mut out).unwrap();
-            child.slot.release();
-            let status = reap_blocking(child.pid).unwrap();
-            assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0);
+            let out = output_of(
+                launch,
+                TestLaunch {
+                    program: "/bin/cat",
+                    argv: &["cat", "/proc/self/cgroup"],
+                    confinement: None,
+                    cgroup_fd: Some(dir.as_raw_fd()),
+                    ignored_signals: ignored_signals(),
+                },
+            );
             assert!(
                 out.trim_end().ends_with(&format!("/{name}")),
                 "created in its cgroup (clone3: {into}): {out}"
