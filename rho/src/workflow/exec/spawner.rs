@@ -2,12 +2,13 @@
 //!
 //! Node processes are created by one long-lived thread, because `PR_SET_PDEATHSIG` fires
 //! when the *thread* that created the child exits; a caller whose thread outlives its child
-//! (the workflow runner's workers) launches on that thread instead ([`launch_here`]). Creation is `CLONE_VM |
-//! CLONE_VFORK`, as `posix_spawn` does: no page tables are copied, and the creating thread
-//! stays suspended until the child has executed or exited, so the child may report a failed
-//! step in shared memory. A child with a cgroup is created in it by `clone3`
-//! (`CLONE_INTO_CGROUP`), else by `clone`, and then joins it first thing. The child runs only async-signal-safe system calls between `clone`
-//! and `execveat` (everything it needs — C strings, pointer arrays, descriptors — is
+//! (the workflow runner's workers) launches on that thread instead ([`launch_here`]).
+//! Creation is `CLONE_VM | CLONE_VFORK`, as `posix_spawn` does: no page tables are copied,
+//! and the creating thread stays suspended until the child has executed or exited, so the
+//! child may report a failed step in shared memory. A child with a cgroup is created inside
+//! it (`clone3` with `CLONE_INTO_CGROUP`); where that fails it is created by `clone` and
+//! joins it first thing. The child runs only async-signal-safe system calls between the
+//! clone and `execveat` (everything it needs — C strings, pointer arrays, descriptors — is
 //! prepared before), with every signal blocked, and it never returns: it executes the
 //! sealed copy or records the failing step and calls `_exit`. No path is executed and
 //! `std::process::Command` is not involved.
