@@ -23,11 +23,11 @@
 //! use rho::containment::{Cgroup, owner_root};
 //! let root = owner_root()?;                    // Err: no delegated cgroup v2 here
 //! let tree: Cgroup = root.create("tool-42")?;  // an empty cgroup for one tree
-//! let join = tree.join_handle()?;              // pass to the spawner (the child writes "0")
+//! let dir = tree.dir_handle()?;                // pass to the spawner (the child starts inside)
 //! // ... the tree runs ...
 //! tree.kill_and_wait(std::time::Duration::from_secs(5))?; // every member, escaped or not
 //! tree.remove()?;
-//! # drop(join); Ok(()) }
+//! # drop(dir); Ok(()) }
 //! ```
 //!
 //! Where no delegated cgroup v2 exists, or `RHO_CONTAINMENT=subreaper` asks for it, the

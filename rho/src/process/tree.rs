@@ -185,8 +185,9 @@ pub fn launch_shell(
 }
 
 /// A fresh containment for one tree (a cgroup, else tracked descendants) and the
-/// descriptor its leader joins a cgroup through; with neither, the group, the parent-death
-/// signal and the guardian are the containment (a `setsid` descendant can then escape).
+/// directory of its cgroup, which its leader is created in; with neither, the group, the
+/// parent-death signal and the guardian are the containment (a `setsid` descendant can then
+/// escape).
 fn tree_cgroup() -> (Option<crate::containment::Tree>, Option<OwnedFd>) {
     let label = format!("process-{}", uuid::Uuid::new_v4().simple());
     let tree = match crate::containment::contain(&label, None) {
