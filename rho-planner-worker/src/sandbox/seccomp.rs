@@ -160,7 +160,7 @@ pub fn allowlist(pid: u32) -> Vec<AllowedCall> {
         any(
             "madvise",
             libc::SYS_madvise,
-            "glibc releases the thread stack and arena pages",
+            "glibc releases the thread stack and arena pages; huge-page advice for the heap",
         ),
         any("futex", libc::SYS_futex, "locks, channels and thread join"),
         AllowedCall {
