@@ -21,7 +21,7 @@
 //! faults cost ~3 µs each on a VM like CI's (allocating, zeroing and charging one 4 KiB page),
 //! and the evaluation thread of a 3-node `validate` faulted in ~220 heap pages one by one;
 //! one 2 MiB page is allocated in about the time of 50 small faults. Measured in paired
-//! whole-process runs of that `validate`: 7% faster. Where huge pages are off
+//! whole-process runs of that `validate`: 5–7% faster. Where huge pages are off
 //! (`transparent_hugepage` set to `never`) or none is free, the kernel backs the heap with
 //! small pages as before.
 //!
@@ -54,6 +54,7 @@ pub(crate) fn tune_for_evaluation() {
 
 /// The transparent huge page size with 4 KiB base pages (x86_64, most aarch64). Elsewhere
 /// no aligned range of this size holds a huge page and the advice changes nothing.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
 const HUGE_PAGE_BYTES: usize = 2 * 1024 * 1024;
 
 /// Grows the heap by [`TOP_PAD_BYTES`] now (one block below the mapping threshold that the
@@ -90,6 +91,7 @@ fn huge_page_heap() {
 /// then the block lies in the heap mapping, and so does everything up to the new break. A
 /// block from elsewhere (a thread's arena, a mapping of its own) or one that fit the old
 /// top leaves the heap as it was, and nothing is advised.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
 fn untouched_top(before: usize, block: usize, len: usize, after: usize) -> Option<(usize, usize)> {
     let grown = after > before;
     let inside = block < after && block.checked_add(len).is_some_and(|end| end <= after);
@@ -101,14 +103,11 @@ fn untouched_top(before: usize, block: usize, len: usize, after: usize) -> Optio
     (end > start).then(|| (start, end - start))
 }
 
-#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
-fn huge_page_heap() {}
-
 /// Other C libraries keep their defaults.
 #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
 pub(crate) fn tune_for_evaluation() {}
 
-#[cfg(test)]
+#[cfg(all(test, target_os = "linux", target_env = "gnu"))]
 mod tests {
     use super::*;
 
